@@ -1,0 +1,1 @@
+"""mmrl operator: MultimodalRLJob API, builders, reconcile decisions and kopf wiring."""

@@ -1,0 +1,159 @@
+"""The MultimodalRLJob resource as a whole: spec, status, metadata rules, and validation with field paths.
+
+`validate_manifest` is the one validation path used by `mmrl validate`, the operator's second line of defence
+and the tests: it returns every problem as `FieldError(path, message)` with the same dotted path that
+`kubectl` prints for an admission error (`spec.algorithm.miniBatchSize`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from mmrl_operator.api.base import ApiModel, cel, cel_rules
+from mmrl_operator.api.cluster import ClusterSpec
+from mmrl_operator.api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
+from mmrl_operator.api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
+from mmrl_operator.api.status import JobStatus
+from mmrl_operator.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
+
+IMMUTABLE = "is immutable after creation; create a new job instead"
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+# Rules on the object root (metadata.name is the only metadata a CRD rule may read).
+ROOT_RULES = cel_rules(
+    cel(
+        f"size(self.metadata.name) <= {MAX_JOB_NAME_LENGTH}",
+        f"metadata.name must be at most {MAX_JOB_NAME_LENGTH} characters so that the RayJob name "
+        "<name>-a<attempt> fits KubeRay's 47-character limit",
+        ".metadata.name",
+        "FieldValueInvalid",
+    ),
+    cel(
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label (start with a letter): it names the RayCluster's Services",
+        ".metadata.name",
+        "FieldValueInvalid",
+    ),
+)
+
+
+def _immutable(what: str) -> dict[str, Any]:
+    return cel_rules(cel("self == oldSelf", f"{what} {IMMUTABLE}"))
+
+
+class JobSpec(ApiModel):
+    """A GRPO + LoRA post-training run of a vision-language model, and what to do with the result."""
+
+    model: ModelSpec = Field(json_schema_extra=_immutable("model"))
+    lora: LoRASpec = Field(default_factory=LoRASpec, json_schema_extra=_immutable("lora"))
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, json_schema_extra=_immutable("algorithm"))
+    dataset: DatasetSpec = Field(json_schema_extra=_immutable("dataset"))
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    checkpoint: CheckpointSpec = Field(json_schema_extra=_immutable("checkpoint"))
+    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
+    inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    suspend: bool = False
+    """Stop training (RayJob and RayCluster are deleted, checkpoints kept); false again resumes from the
+    latest complete checkpoint without spending a restart."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)
+    """Delete the RayCluster this long after training finished (inference and checkpoints are kept)."""
+
+
+class ObjectMeta(ApiModel):
+    """The part of metadata mmrl checks; everything else Kubernetes manages is accepted as is."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+
+    def problems(self) -> list[str]:
+        out = []
+        if len(self.name) > MAX_JOB_NAME_LENGTH:
+            out.append(
+                f"{len(self.name)} characters is too long: at most {MAX_JOB_NAME_LENGTH}, so that the RayJob "
+                "name <name>-a<attempt> fits KubeRay's 47-character limit"
+            )
+        if not NAME_RE.match(self.name):
+            out.append(f"{self.name!r} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter")
+        return out
+
+
+class MultimodalRLJob(ApiModel):
+    api_version: Literal["mmrl.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["MultimodalRLJob"] = KIND
+    metadata: ObjectMeta
+    spec: JobSpec
+    status: JobStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+
+@dataclass(frozen=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith(("function-", "model-")):  # pydantic's validator markers: not a field
+            continue
+        else:
+            name = to_camel(part) if "_" in part else part  # defaults are reported by Python name
+            out += f".{name}" if out else name
+    return out
+
+
+def _message(err: dict[str, Any]) -> str:
+    msg = str(err["msg"])
+    msg = msg.removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    if err["type"] == "missing":
+        return "required field is missing"
+    if err["type"] in ("literal_error", "enum"):
+        return f"{err.get('input')!r} is not one of the allowed values ({msg.removeprefix('Input should be ')})"
+    return msg
+
+
+def validate_manifest(doc: Any) -> tuple[MultimodalRLJob | None, list[FieldError]]:
+    """Validate one parsed YAML document; return the model (when valid) and every error with its path."""
+    if not isinstance(doc, dict):
+        return None, [FieldError("(document)", "must be a mapping with apiVersion, kind, metadata and spec")]
+    try:
+        job = MultimodalRLJob.model_validate(doc)
+    except ValidationError as exc:
+        errors = [FieldError(_path(e["loc"]) or "(document)", _message(e)) for e in exc.errors()]
+        meta = doc.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+            errors += [FieldError("metadata.name", p) for p in ObjectMeta(name=meta["name"]).problems()]
+        return None, errors
+    problems = [FieldError("metadata.name", p) for p in job.metadata.problems()]
+    return (None, problems) if problems else (job, [])
+
+
+def parse_job(obj: dict[str, Any]) -> MultimodalRLJob:
+    """Parse a job read from the cluster; raise ValueError naming every bad field."""
+    job, errors = validate_manifest(obj)
+    if job is None:
+        raise ValueError("; ".join(str(e) for e in errors))
+    return job

@@ -1,0 +1,105 @@
+"""`spec.checkpoint`, `spec.resilience` and `spec.inference`: what survives failures and what happens after.
+
+Checkpoints live on shared storage (an FSx for Lustre PVC mounted on every Ray pod, or S3) under a per-job
+directory; the operator never deletes them. Resilience budgets separate infrastructure failures (HyperPod node
+faults, lost pods) from application failures, because the first are expected on large fleets and the second
+usually mean a bug that retrying will not fix.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules
+from mmrl_operator.api.spec import DNS_LABEL, S3_URI
+
+
+class PVCCheckpoint(ApiModel):
+    """A PersistentVolumeClaim mounted on every Ray pod (FSx for Lustre on HyperPod)."""
+
+    claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_LABEL)
+    mount_path: str = Field(default="/fsx", pattern=r"^/[A-Za-z0-9._/-]*$", max_length=256)
+    sub_path: str = Field(default="mmrl", pattern=r"^[A-Za-z0-9._-][A-Za-z0-9._/-]*$", max_length=256)
+    """Directory inside the volume under which job directories are created."""
+
+
+class S3Checkpoint(ApiModel):
+    uri: str = Field(max_length=1024, pattern=S3_URI)
+    """s3://bucket/prefix; the trainer's credentials (IRSA / pod identity) must allow read and write."""
+
+
+class CheckpointSpec(ApiModel):
+    """Where checkpoints go: exactly one of pvc or s3. Each job writes `<root>/<namespace>/<name>-<uid8>/`."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(cel("has(self.pvc) != has(self.s3)", "set exactly one of pvc or s3"))
+    }
+
+    pvc: PVCCheckpoint | None = None
+    s3: S3Checkpoint | None = None
+    interval_steps: int = Field(default=5, ge=1, le=1_000_000)
+    """Save a checkpoint every this many steps (and at the end)."""
+    keep: int = Field(default=3, ge=1, le=1000)
+    """Complete checkpoints the trainer keeps; older ones are rotated by the trainer, never by the operator."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CheckpointSpec:
+        if (self.pvc is None) == (self.s3 is None):
+            raise ValueError("set exactly one of pvc or s3")
+        return self
+
+
+class ResilienceSpec(ApiModel):
+    """Restart budgets and hang detection."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                "self.maxBackoffSeconds >= self.backoffSeconds",
+                "maxBackoffSeconds must be at least backoffSeconds",
+                ".maxBackoffSeconds",
+            )
+        )
+    }
+
+    max_restarts: int = Field(default=2, ge=0, le=100)
+    """Restarts after application failures (trainer exit without an infrastructure cause)."""
+    max_infra_restarts: int = Field(default=10, ge=0, le=1000)
+    """Restarts after infrastructure failures (node fault or replacement, evicted or lost pod, lost head)."""
+    backoff_seconds: int = Field(default=10, ge=0, le=3600)
+    """Delay before the first restart; doubles per consecutive failure of the same kind."""
+    max_backoff_seconds: int = Field(default=600, ge=0, le=86400)
+    hang_timeout_seconds: int = Field(default=1800, ge=0, le=604800)
+    """Restart a Running attempt whose trainer sent no heartbeat for this long; 0 disables."""
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> ResilienceSpec:
+        if self.max_backoff_seconds < self.backoff_seconds:
+            raise ValueError(
+                f"maxBackoffSeconds {self.max_backoff_seconds} is below backoffSeconds {self.backoff_seconds}"
+            )
+        return self
+
+
+class InferenceResources(ApiModel):
+    requests: dict[str, Quantity] = Field(default_factory=lambda: {"cpu": "8", "memory": "64Gi"}, max_length=16)
+    limits: dict[str, Quantity] = Field(default_factory=lambda: {"memory": "64Gi"}, max_length=16)
+
+
+class InferenceSpec(ApiModel):
+    """The vLLM Deployment + Service created when training succeeds (base model + trained adapter)."""
+
+    enabled: bool = True
+    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1, max_length=512)
+    replicas: int = Field(default=1, ge=0, le=64)
+    resources: InferenceResources = Field(default_factory=InferenceResources)
+    """CPU/memory; GPUs are tensorParallelSize per replica."""
+    served_model_name: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    """Name clients use for the adapter in the OpenAI API; defaults to the job name."""
+    max_model_len: int | None = Field(default=8192, ge=256, le=1_048_576)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=16)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    max_images_per_prompt: int = Field(default=2, ge=0, le=64)
+    extra_args: list[str] = Field(default_factory=list, max_length=32)
+    """Extra `vllm serve` arguments, appended last."""
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)

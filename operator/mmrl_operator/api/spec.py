@@ -1,0 +1,292 @@
+"""The `spec` of a MultimodalRLJob: what an ML engineer asks for, with defaults from the reference recipe.
+
+Defaults follow SkyRL's geometry3k LoRA recipe for Qwen3-VL-8B (rank 32, alpha 32, lr 3e-5, 4 samples per
+prompt, batch 128/64, prompt 1024 / response 2048 tokens, checkpoint every 5 steps). Each cross-field rule is
+written twice on purpose: as CEL for admission (`cel(...)`) and as a pydantic validator for `mmrl validate` and
+the operator's second line of defence; tests/unit/bad_specs holds the corpus that keeps them in agreement.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from mmrl_operator.api.base import PRESERVE_UNKNOWN_KEY, ApiModel, Quantity, cel, cel_rules
+from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MODEL_SOURCE = r"^(hf://|s3://|pvc://|/)?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
+DATA_URI = r"^(s3://|pvc://|hf://|synthetic://|/)[A-Za-z0-9._/:@?=&+-]+$"
+S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Environment variables whose names say they hold credentials must come from a Secret, never inline.
+SECRET_ENV_RE = r"(?i).*(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS).*"
+FORBIDDEN_TARGETS_CEL = " || ".join(f"m.endsWith('{t}')" for t in VLLM_FORBIDDEN_LORA_TARGETS)
+
+
+class ModelSpec(ApiModel):
+    """The base vision-language model to post-train."""
+
+    name: str = Field(min_length=1, max_length=512, pattern=MODEL_SOURCE)
+    """Hugging Face id (Qwen/Qwen3-VL-8B-Instruct) or URI: hf://org/name, s3://bucket/path, pvc://claim/path,
+    or an absolute path inside the trainer image."""
+    revision: str | None = Field(default=None, max_length=128)
+    """Hugging Face revision (branch, tag or commit) to pin; ignored for non-hub sources."""
+
+
+class LoRASpec(ApiModel):
+    """The LoRA adapter that is trained and later served by vLLM."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                f"!self.targetModules.exists(m, {FORBIDDEN_TARGETS_CEL})",
+                "targetModules must not include lm_head or embed_tokens: vLLM cannot serve such adapters",
+                ".targetModules",
+            )
+        )
+    }
+
+    rank: int = Field(default=32, ge=1, le=512)
+    """LoRA rank r; at most 512, the largest rank vLLM can serve."""
+    alpha: int = Field(default=32, ge=1, le=4096)
+    """LoRA alpha (scaling = alpha / rank)."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA input, in [0, 1)."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        max_length=32,
+    )
+    """Module names LoRA wraps. The default covers the language model's attention and MLP projections (the
+    vision tower is left frozen, which is what vLLM serves without experimental flags)."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _servable_targets(cls, modules: list[str]) -> list[str]:
+        for m in modules:
+            if not m or len(m) > 128:
+                raise ValueError(f"{m!r} must be 1 to 128 characters")
+            if any(m.endswith(t) for t in VLLM_FORBIDDEN_LORA_TARGETS):
+                raise ValueError(f"{m!r} is not allowed: vLLM cannot serve adapters that target lm_head or embed_tokens")
+        return modules
+
+
+class AlgorithmSpec(ApiModel):
+    """The RL algorithm and its batch geometry."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                "self.miniBatchSize <= self.trainBatchSize",
+                "miniBatchSize must not exceed trainBatchSize",
+                ".miniBatchSize",
+            ),
+            cel(
+                "self.trainBatchSize % self.miniBatchSize == 0",
+                "trainBatchSize must be a multiple of miniBatchSize",
+                ".trainBatchSize",
+            ),
+            cel(
+                "self.clipEpsHigh >= self.clipEpsLow",
+                "clipEpsHigh must be at least clipEpsLow",
+                ".clipEpsHigh",
+            ),
+        )
+    }
+
+    name: Literal["grpo"] = "grpo"
+    """Advantage estimator. GRPO: group-relative advantages over samplesPerPrompt completions of a prompt."""
+    samples_per_prompt: int = Field(default=4, ge=2, le=64)
+    """Completions sampled per prompt (the GRPO group size); at least 2 so advantages are defined."""
+    learning_rate: float = Field(default=3e-5, gt=0.0, le=1.0)
+    """Optimizer learning rate for the LoRA parameters."""
+    kl_coef: float = Field(default=0.0, ge=0.0, le=10.0)
+    """KL-loss coefficient against the reference policy; 0 disables the KL loss."""
+    clip_eps_low: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Lower PPO clip epsilon."""
+    clip_eps_high: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Upper PPO clip epsilon (>= clipEpsLow; larger values give DAPO-style clip-higher)."""
+    train_batch_size: int = Field(default=128, ge=1, le=65536)
+    """Prompts per training step."""
+    mini_batch_size: int = Field(default=64, ge=1, le=65536)
+    """Prompts per policy update; trainBatchSize must be a multiple of it."""
+    micro_batch_size_per_gpu: int = Field(default=1, ge=1, le=1024)
+    """Sequences per forward/backward pass on one GPU (memory knob, does not change the math)."""
+    epochs: int = Field(default=1, ge=1, le=1000)
+    """Passes over the training set."""
+    max_steps: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Stop after this many steps even if epochs remain."""
+    max_prompt_length: int = Field(default=1024, ge=16, le=131072)
+    """Token budget of a prompt, image tokens included."""
+    max_response_length: int = Field(default=2048, ge=1, le=131072)
+    """Tokens generated per completion."""
+    temperature: float = Field(default=1.0, gt=0.0, le=2.0)
+    """Sampling temperature for rollouts."""
+
+    @field_validator("mini_batch_size")
+    @classmethod
+    def _mini_fits(cls, mini: int, info: ValidationInfo) -> int:
+        train = info.data.get("train_batch_size")
+        if train is not None:
+            if mini > train:
+                raise ValueError(f"{mini} is above trainBatchSize {train}")
+            if train % mini:
+                raise ValueError(f"trainBatchSize {train} must be a multiple of miniBatchSize {mini}")
+        return mini
+
+    @field_validator("clip_eps_high")
+    @classmethod
+    def _clip_order(cls, high: float, info: ValidationInfo) -> float:
+        low = info.data.get("clip_eps_low")
+        if low is not None and high < low:
+            raise ValueError(f"{high} is below clipEpsLow {low}")
+        return high
+
+
+RewardName = Literal["exact_match", "multiple_choice", "numeric", "custom"]
+
+
+class RewardSpec(ApiModel):
+    """A verifiable reward computed from a completion and the row's ground truth."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                "(self.name == 'custom') == has(self.function)",
+                "function is required when name is custom, and only then",
+                ".function",
+            )
+        )
+    }
+
+    name: RewardName = "exact_match"
+    """Built-in reward: exact_match (normalised string equality), multiple_choice (the chosen letter),
+    numeric (a number or \\boxed{} answer within tolerance), or custom (see function)."""
+    function: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """For name=custom: `package.module:function` importable in the trainer image."""
+    params: dict[str, str] = Field(default_factory=dict, max_length=16)
+    """Reward parameters as strings, e.g. {tolerance: "1e-4"} for numeric."""
+
+    @model_validator(mode="after")
+    def _function_iff_custom(self) -> RewardSpec:
+        if (self.name == "custom") != (self.function is not None):
+            raise ValueError("function is required when name is custom, and only then")
+        return self
+
+
+class DatasetSpec(ApiModel):
+    """Prompts with images and their ground-truth answers."""
+
+    train: str = Field(min_length=1, max_length=1024, pattern=DATA_URI)
+    """Training data: s3://..., pvc://claim/path, hf://org/name, an absolute path, or synthetic://colors for
+    the built-in demo task."""
+    validation: str | None = Field(default=None, max_length=1024, pattern=DATA_URI)
+    """Held-out data evaluated at checkpoints (same forms as train)."""
+    format: Literal["parquet", "jsonl"] = "parquet"
+    """File format of train/validation."""
+    prompt_field: str = Field(default="prompt", min_length=1, max_length=64)
+    """Column holding the question text or chat messages."""
+    images_field: str = Field(default="images", min_length=1, max_length=64)
+    """Column holding images (paths, URIs or base64 data URIs)."""
+    answer_field: str = Field(default="answer", min_length=1, max_length=64)
+    """Column holding the ground-truth answer the reward checks against."""
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    """How a completion is scored."""
+
+
+class SecretKeyRef(ApiModel):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253)
+
+
+class EnvVarSource(ApiModel):
+    """Where an environment variable's value comes from (exactly one)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel("has(self.secretKeyRef) != has(self.configMapKeyRef)", "set exactly one of secretKeyRef or configMapKeyRef")
+        )
+    }
+
+    secret_key_ref: SecretKeyRef | None = None
+    config_map_key_ref: SecretKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvVarSource:
+        if (self.secret_key_ref is None) == (self.config_map_key_ref is None):
+            raise ValueError("set exactly one of secretKeyRef or configMapKeyRef")
+        return self
+
+
+class EnvVar(ApiModel):
+    """An environment variable for the trainer. Credentials only by reference (valueFrom), never inline."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel("has(self.value) != has(self.valueFrom)", "set exactly one of value or valueFrom", ".value"),
+            cel(
+                f"!has(self.value) || !self.name.matches('{SECRET_ENV_RE}')",
+                "this variable looks like a credential: use valueFrom.secretKeyRef instead of an inline value",
+                ".value",
+            ),
+        )
+    }
+
+    name: str = Field(min_length=1, max_length=128, pattern=ENV_NAME)
+    value: str | None = Field(default=None, max_length=4096)
+    value_from: EnvVarSource | None = None
+
+    @field_validator("value")
+    @classmethod
+    def _no_inline_credentials(cls, value: str | None, info: ValidationInfo) -> str | None:
+        name = info.data.get("name") or ""
+        if value is not None and re.fullmatch(SECRET_ENV_RE, name):
+            raise ValueError(f"{name} looks like a credential: use valueFrom.secretKeyRef, not an inline value")
+        return value
+
+    @field_validator("value_from")
+    @classmethod
+    def _value_or_source(cls, source: EnvVarSource | None, info: ValidationInfo) -> EnvVarSource | None:
+        if "value" in info.data and (info.data["value"] is None) == (source is None):
+            raise ValueError("set exactly one of value or valueFrom")
+        return source
+
+
+class NameRef(ApiModel):
+    name: str = Field(min_length=1, max_length=253)
+
+
+class EnvFromSource(ApiModel):
+    """A whole Secret or ConfigMap exposed as environment variables (exactly one)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel("has(self.secretRef) != has(self.configMapRef)", "set exactly one of secretRef or configMapRef")
+        )
+    }
+
+    secret_ref: NameRef | None = None
+    config_map_ref: NameRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EnvFromSource:
+        if (self.secret_ref is None) == (self.config_map_ref is None):
+            raise ValueError("set exactly one of secretRef or configMapRef")
+        return self
+
+
+class TrainerSpec(ApiModel):
+    """The trainer container that the RayJob runs."""
+
+    image: str = Field(default="mmrl/trainer:0.1.0", min_length=1, max_length=512)
+    """Trainer image (docker/trainer.Dockerfile: SkyRL base + mmrl_trainer)."""
+    backend: Literal["skyrl", "local"] = "skyrl"
+    """skyrl: SkyRL GRPO across the Ray cluster's GPUs. local: TRL GRPO on one node (small jobs, CPU demo)."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    """Extra environment variables for every Ray pod."""
+    env_from: list[EnvFromSource] = Field(default_factory=list, max_length=16)
+    """Secrets/ConfigMaps exposed as environment variables on every Ray pod."""

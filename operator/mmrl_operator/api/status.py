@@ -1,0 +1,110 @@
+"""`status` of a MultimodalRLJob: what the operator and the trainer observed, never what was asked for.
+
+`phase` is for humans; `conditions` (kstatus style: Ready, Reconciling, Stalled, plus domain conditions) are
+for machines — `kubectl wait`, Argo CD's health check and alerts. `attempts` is a bounded history so a job that
+survived many node replacements does not grow its object without limit.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mmrl_operator.api.base import ApiModel
+
+Phase = Literal[
+    "Pending", "Provisioning", "Running", "Recovering", "Exporting", "Serving", "Succeeded", "Failed", "Suspended"
+]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+AttemptCause = Literal["initial", "application", "infra", "hang", "resume", "spec-change"]
+"""Why an attempt was started: the first one, after an application or infra failure, after a hang, after an
+unsuspend, or after a spec change that required a new attempt."""
+
+MAX_ATTEMPT_HISTORY = 20
+
+
+class StatusModel(ApiModel):
+    """Status is read back from the cluster, possibly written by another operator version: tolerate extras."""
+
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+
+
+class Condition(StatusModel):
+    type: str = Field(max_length=64)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="", max_length=128)
+    message: str = Field(default="", max_length=2048)
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class CheckpointRef(StatusModel):
+    step: int
+    path: str
+    time: str | None = None
+
+
+class Progress(StatusModel):
+    """Written by the trainer (rate-limited) through its own ServiceAccount."""
+
+    step: int = 0
+    total_steps: int | None = None
+    reward_mean: float | None = None
+    last_checkpoint: CheckpointRef | None = None
+    heartbeat: str | None = None
+    """RFC 3339 time of the trainer's last report; the operator's hang detection reads it."""
+
+
+class Attempt(StatusModel):
+    index: int = Field(ge=1)
+    ray_job: str
+    cause: AttemptCause
+    resumed_from_step: int | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    result: Literal["Running", "Succeeded", "Failed", "Stopped"] = "Running"
+    failure: Literal["application", "infra", "hang"] | None = None
+    """How a failed or stopped attempt was classified; decides which restart budget it spends."""
+    node: str | None = None
+    """The node whose fault ended the attempt, when there was one."""
+    message: str | None = Field(default=None, max_length=1024)
+
+
+class AdapterStatus(StatusModel):
+    path: str
+    rank: int
+    alpha: int
+    target_modules: list[str]
+    base_model: str
+
+
+class InferenceStatus(StatusModel):
+    service: str
+    url: str
+    ready: bool = False
+    model: str | None = None
+
+
+class JobStatus(StatusModel):
+    phase: Phase = "Pending"
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    attempt: int = 0
+    """Index of the current (or last) attempt; attempt N runs as RayJob <name>-a<N>."""
+    restarts: dict[str, int] = Field(default_factory=dict)
+    """Restarts charged so far per budget: application, infra (hang counts as infra)."""
+    attempts: list[Attempt] = Field(default_factory=list)
+    ray_cluster: str | None = None
+    ray_job: str | None = None
+    job_dir: str | None = None
+    """This job's checkpoint directory: <root>/<namespace>/<name>-<uid8>."""
+    next_attempt_after: str | None = None
+    """Backoff: the next attempt is not started before this time."""
+    finished_at: str | None = None
+    progress: Progress = Field(default_factory=Progress)
+    adapter: AdapterStatus | None = None
+    inference: InferenceStatus | None = None
+    message: str | None = None

@@ -1,0 +1,71 @@
+"""Every label key, annotation name, API coordinate and external string the operator depends on, in one place.
+
+HyperPod's node labels and taint, KubeRay's API group and pod labels, and Kueue's labels are facts about other
+systems; keeping them here means a rename upstream is a one-line change and tests import the same strings.
+"""
+
+from __future__ import annotations
+
+# --- our API ---------------------------------------------------------------------------------------------
+GROUP = "mmrl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "MultimodalRLJob"
+PLURAL = "multimodalrljobs"
+SINGULAR = "multimodalrljob"
+SHORT_NAMES = ["mmrl", "rljob"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+FIELD_MANAGER = "mmrl-operator"
+
+# Labels and annotations mmrl puts on the objects it owns.
+LABEL_JOB = "mmrl.dev/job"
+LABEL_ATTEMPT = "mmrl.dev/attempt"
+LABEL_COMPONENT = "mmrl.dev/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "mmrl-operator"
+
+# The longest job name for which every derived child name stays within Kubernetes' and KubeRay's limits:
+# RayJob `<name>-a<N>` must fit KubeRay's 47 characters with room for a 4-digit attempt number, and the
+# RayCluster head service `<name>-head-svc` / inference Service `<name>-inference` must be DNS-1035 labels.
+MAX_JOB_NAME_LENGTH = 40
+RAYJOB_NAME_LIMIT = 47
+
+# --- KubeRay (ray.io/v1) --------------------------------------------------------------------------------
+RAY_GROUP = "ray.io"
+RAY_VERSION = "v1"
+RAY_API_VERSION = f"{RAY_GROUP}/{RAY_VERSION}"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_GROUP_LABEL = "ray.io/group"
+
+# --- Kueue / HyperPod task governance -------------------------------------------------------------------
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+# --- SageMaker HyperPod node signals --------------------------------------------------------------------
+HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+HYPERPOD_DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
+HYPERPOD_FAULT_TYPES_LABEL = "sagemaker.amazonaws.com/fault-types"
+HYPERPOD_FAULT_REASONS_LABEL = "sagemaker.amazonaws.com/fault-reasons"
+HYPERPOD_FAULT_DETAILS_ANNOTATION = "sagemaker.amazonaws.com/fault-details"
+HYPERPOD_CLUSTER_LABEL = "sagemaker.amazonaws.com/cluster-name"
+HYPERPOD_INSTANCE_GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
+HYPERPOD_TAINT_KEY = HYPERPOD_HEALTH_LABEL
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+HEALTH_SCHEDULABLE = "Schedulable"
+HEALTH_UNSCHEDULABLE = "Unschedulable"
+HEALTH_PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
+HEALTH_PENDING_REBOOT = "UnschedulablePendingReboot"
+HEALTH_STATUSES = (HEALTH_SCHEDULABLE, HEALTH_UNSCHEDULABLE, HEALTH_PENDING_REPLACEMENT, HEALTH_PENDING_REBOOT)
+
+# --- accelerators ---------------------------------------------------------------------------------------
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+# --- vLLM -----------------------------------------------------------------------------------------------
+# The ranks vLLM's --max-lora-rank accepts; an adapter of rank r is served with the smallest value >= r.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# Modules whose LoRA weights vLLM refuses to load (it cannot serve adapters that touch them).
+VLLM_FORBIDDEN_LORA_TARGETS = ("lm_head", "embed_tokens")
