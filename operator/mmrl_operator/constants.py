@@ -58,7 +58,12 @@ HEALTH_SCHEDULABLE = "Schedulable"
 HEALTH_UNSCHEDULABLE = "Unschedulable"
 HEALTH_PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
 HEALTH_PENDING_REBOOT = "UnschedulablePendingReboot"
-HEALTH_STATUSES = (HEALTH_SCHEDULABLE, HEALTH_UNSCHEDULABLE, HEALTH_PENDING_REPLACEMENT, HEALTH_PENDING_REBOOT)
+HEALTH_STATUSES = (
+    HEALTH_SCHEDULABLE,
+    HEALTH_UNSCHEDULABLE,
+    HEALTH_PENDING_REPLACEMENT,
+    HEALTH_PENDING_REBOOT,
+)
 
 # --- accelerators ---------------------------------------------------------------------------------------
 GPU_RESOURCE = "nvidia.com/gpu"

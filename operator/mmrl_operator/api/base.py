@@ -25,6 +25,8 @@ class ApiModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
+        # Strict like the apiserver: "5" is not an integer and "yes" is not a boolean.
+        strict=True,
         validate_default=True,
         use_attribute_docstrings=True,
     )

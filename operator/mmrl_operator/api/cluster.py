@@ -52,6 +52,8 @@ class WorkerGroup(ApiModel):
 
 
 class Toleration(ApiModel):
+    """A pod toleration, as in a PodSpec."""
+
     key: str | None = Field(default=None, max_length=253)
     operator: Literal["Exists", "Equal"] = "Equal"
     value: str | None = Field(default=None, max_length=253)

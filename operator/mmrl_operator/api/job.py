@@ -81,7 +81,9 @@ class ObjectMeta(ApiModel):
                 "name <name>-a<attempt> fits KubeRay's 47-character limit"
             )
         if not NAME_RE.match(self.name):
-            out.append(f"{self.name!r} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter")
+            out.append(
+                f"{self.name!r} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter"
+            )
         return out
 
 
@@ -130,6 +132,8 @@ def _message(err: dict[str, Any]) -> str:
         return "unknown field"
     if err["type"] == "missing":
         return "required field is missing"
+    if err["type"] == "string_pattern_mismatch":
+        return f"{err.get('input')!r} does not have the expected form (pattern {err['ctx']['pattern']})"
     if err["type"] in ("literal_error", "enum"):
         return f"{err.get('input')!r} is not one of the allowed values ({msg.removeprefix('Input should be ')})"
     return msg

@@ -8,7 +8,7 @@ usually mean a bug that retrying will not fix.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules
 from mmrl_operator.api.spec import DNS_LABEL, S3_URI
@@ -24,6 +24,8 @@ class PVCCheckpoint(ApiModel):
 
 
 class S3Checkpoint(ApiModel):
+    """An S3 prefix; SkyRL reads and writes checkpoints there directly."""
+
     uri: str = Field(max_length=1024, pattern=S3_URI)
     """s3://bucket/prefix; the trainer's credentials (IRSA / pod identity) must allow read and write."""
 
@@ -72,16 +74,18 @@ class ResilienceSpec(ApiModel):
     hang_timeout_seconds: int = Field(default=1800, ge=0, le=604800)
     """Restart a Running attempt whose trainer sent no heartbeat for this long; 0 disables."""
 
-    @model_validator(mode="after")
-    def _backoff_order(self) -> ResilienceSpec:
-        if self.max_backoff_seconds < self.backoff_seconds:
-            raise ValueError(
-                f"maxBackoffSeconds {self.max_backoff_seconds} is below backoffSeconds {self.backoff_seconds}"
-            )
-        return self
+    @field_validator("max_backoff_seconds")
+    @classmethod
+    def _backoff_order(cls, ceiling: int, info: ValidationInfo) -> int:
+        floor = info.data.get("backoff_seconds")
+        if floor is not None and ceiling < floor:
+            raise ValueError(f"{ceiling} is below backoffSeconds {floor}")
+        return ceiling
 
 
 class InferenceResources(ApiModel):
+    """CPU/memory of each vLLM replica."""
+
     requests: dict[str, Quantity] = Field(default_factory=lambda: {"cpu": "8", "memory": "64Gi"}, max_length=16)
     limits: dict[str, Quantity] = Field(default_factory=lambda: {"memory": "64Gi"}, max_length=16)
 

@@ -13,11 +13,15 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_operator.api.base import PRESERVE_UNKNOWN_KEY, ApiModel, Quantity, cel, cel_rules
+from mmrl_operator.api.base import ApiModel, cel, cel_rules
 from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-MODEL_SOURCE = r"^(hf://|s3://|pvc://|/)?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"
+# A hub id (org/name), an absolute path in the image, or a URI with a scheme the trainer can load from.
+MODEL_SOURCE = (
+    r"^((hf|s3|pvc)://[A-Za-z0-9][A-Za-z0-9._/@+-]*|/[A-Za-z0-9._/@+-]*"
+    r"|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?)$"
+)
 DATA_URI = r"^(s3://|pvc://|hf://|synthetic://|/)[A-Za-z0-9._/:@?=&+-]+$"
 S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -70,7 +74,9 @@ class LoRASpec(ApiModel):
             if not m or len(m) > 128:
                 raise ValueError(f"{m!r} must be 1 to 128 characters")
             if any(m.endswith(t) for t in VLLM_FORBIDDEN_LORA_TARGETS):
-                raise ValueError(f"{m!r} is not allowed: vLLM cannot serve adapters that target lm_head or embed_tokens")
+                raise ValueError(
+                    f"{m!r} is not allowed: vLLM cannot serve adapters that target lm_head or embed_tokens"
+                )
         return modules
 
 
@@ -87,7 +93,7 @@ class AlgorithmSpec(ApiModel):
             cel(
                 "self.trainBatchSize % self.miniBatchSize == 0",
                 "trainBatchSize must be a multiple of miniBatchSize",
-                ".trainBatchSize",
+                ".miniBatchSize",
             ),
             cel(
                 "self.clipEpsHigh >= self.clipEpsLow",
@@ -170,11 +176,12 @@ class RewardSpec(ApiModel):
     params: dict[str, str] = Field(default_factory=dict, max_length=16)
     """Reward parameters as strings, e.g. {tolerance: "1e-4"} for numeric."""
 
-    @model_validator(mode="after")
-    def _function_iff_custom(self) -> RewardSpec:
-        if (self.name == "custom") != (self.function is not None):
+    @field_validator("function")
+    @classmethod
+    def _function_iff_custom(cls, function: str | None, info: ValidationInfo) -> str | None:
+        if "name" in info.data and (info.data["name"] == "custom") != (function is not None):
             raise ValueError("function is required when name is custom, and only then")
-        return self
+        return function
 
 
 class DatasetSpec(ApiModel):
@@ -198,6 +205,8 @@ class DatasetSpec(ApiModel):
 
 
 class SecretKeyRef(ApiModel):
+    """A key in a Secret or ConfigMap of the job's namespace."""
+
     name: str = Field(min_length=1, max_length=253)
     key: str = Field(min_length=1, max_length=253)
 
@@ -207,7 +216,10 @@ class EnvVarSource(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
-            cel("has(self.secretKeyRef) != has(self.configMapKeyRef)", "set exactly one of secretKeyRef or configMapKeyRef")
+            cel(
+                "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+                "set exactly one of secretKeyRef or configMapKeyRef",
+            )
         )
     }
 
@@ -226,7 +238,11 @@ class EnvVar(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
-            cel("has(self.value) != has(self.valueFrom)", "set exactly one of value or valueFrom", ".value"),
+            cel(
+                "has(self.value) != has(self.valueFrom)",
+                "set exactly one of value or valueFrom",
+                ".valueFrom",
+            ),
             cel(
                 f"!has(self.value) || !self.name.matches('{SECRET_ENV_RE}')",
                 "this variable looks like a credential: use valueFrom.secretKeyRef instead of an inline value",
@@ -256,6 +272,8 @@ class EnvVar(ApiModel):
 
 
 class NameRef(ApiModel):
+    """A Secret or ConfigMap of the job's namespace, by name."""
+
     name: str = Field(min_length=1, max_length=253)
 
 
@@ -264,7 +282,10 @@ class EnvFromSource(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
-            cel("has(self.secretRef) != has(self.configMapRef)", "set exactly one of secretRef or configMapRef")
+            cel(
+                "has(self.secretRef) != has(self.configMapRef)",
+                "set exactly one of secretRef or configMapRef",
+            )
         )
     }
 

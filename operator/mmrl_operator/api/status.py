@@ -14,7 +14,15 @@ from pydantic import Field
 from mmrl_operator.api.base import ApiModel
 
 Phase = Literal[
-    "Pending", "Provisioning", "Running", "Recovering", "Exporting", "Serving", "Succeeded", "Failed", "Suspended"
+    "Pending",
+    "Provisioning",
+    "Running",
+    "Recovering",
+    "Exporting",
+    "Serving",
+    "Succeeded",
+    "Failed",
+    "Suspended",
 ]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 TERMINAL_PHASES = ("Succeeded", "Failed")

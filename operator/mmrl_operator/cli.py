@@ -1,0 +1,88 @@
+"""`mmrl` command line: validate job files offline, inspect a job on the cluster, run the operator.
+
+`mmrl validate` uses exactly the models the CRD is generated from, so a file it accepts is one the apiserver
+accepts (and the error paths match what `kubectl apply` would print). Commands that need a cluster import the
+Kubernetes client lazily, so validation works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from mmrl_operator.api import validate_manifest
+from mmrl_operator.constants import KIND
+
+
+def _summary(job) -> str:  # type: ignore[no-untyped-def]
+    spec = job.spec
+    gpus = sum(g.replicas * g.gpus_per_node for g in spec.cluster.worker_groups)
+    steps = f"maxSteps {spec.algorithm.max_steps}" if spec.algorithm.max_steps else f"epochs {spec.algorithm.epochs}"
+    return (
+        f"{job.namespace}/{job.name}: {spec.algorithm.name} on {spec.model.name}, LoRA r={spec.lora.rank}, "
+        f"{spec.trainer.backend} backend, {gpus} GPUs, {steps}"
+    )
+
+
+def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:  # type: ignore[no-untyped-def]
+    """Validate every MultimodalRLJob document in the files; print errors with field paths. Exit status."""
+    failed = False
+    for path in paths:
+        try:
+            docs = list(yaml.safe_load_all(Path(path).read_text()))
+        except (OSError, yaml.YAMLError) as exc:
+            print(f"{path}: cannot read: {exc}", file=err)
+            failed = True
+            continue
+        docs = [d for d in docs if d is not None]
+        jobs = [d for d in docs if not isinstance(d, dict) or d.get("kind", KIND) == KIND]
+        if not jobs:
+            print(f"{path}: no {KIND} documents", file=err)
+            failed = True
+        for index, doc in enumerate(jobs):
+            where = path if len(jobs) == 1 else f"{path}[{index}]"
+            job, errors = validate_manifest(doc)
+            if job is None:
+                failed = True
+                for e in errors:
+                    print(f"{where}: {e.path}: {e.message}", file=err)
+            else:
+                print(f"{where}: ok: {_summary(job)}", file=out)
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mmrl", description="mmrl: multimodal RL post-training on Kubernetes")
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("validate", help="validate MultimodalRLJob YAML files offline")
+    v.add_argument("files", nargs="+")
+    s = sub.add_parser("status", help="show a job's phase, conditions, attempts, progress and events")
+    s.add_argument("name")
+    s.add_argument("-n", "--namespace", default=None)
+    o = sub.add_parser("operator", help="run the operator (kopf)")
+    o.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
+    o.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
+    o.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
+    o.add_argument("--metrics-port", type=int, default=9090)
+    o.add_argument("--peering", default="mmrl-operator", help="peering object name (one active replica)")
+    o.add_argument("--priority", type=int, default=0)
+    o.add_argument("--standalone", action="store_true", help="no peering (single replica / development)")
+    args = parser.parse_args(argv)
+
+    if args.command == "validate":
+        return validate_files(args.files)
+    if args.command == "status":
+        from mmrl_operator.status_cli import show_status
+
+        return show_status(args.name, args.namespace)
+    from mmrl_operator.run import run_operator
+
+    return run_operator(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
