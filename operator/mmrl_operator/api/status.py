@@ -103,7 +103,10 @@ class JobStatus(StatusModel):
     attempt: int = 0
     """Index of the current (or last) attempt; attempt N runs as RayJob <name>-a<N>."""
     restarts: dict[str, int] = Field(default_factory=dict)
-    """Restarts charged so far per budget: application, infra (hang counts as infra)."""
+    """Restarts charged so far per budget: `application` (also hangs: without an infrastructure signal the
+    trainer is presumed at fault) and `infra`."""
+    degraded_nodes: list[str] = Field(default_factory=list)
+    """Nodes hosting this job's pods that currently report a fault."""
     attempts: list[Attempt] = Field(default_factory=list)
     ray_cluster: str | None = None
     ray_job: str | None = None

@@ -1,0 +1,1 @@
+"""Pure builders: job (+ attempt) in, Kubernetes object dicts out. No API calls, no clocks, no randomness."""

@@ -1,0 +1,168 @@
+"""The RayCluster a job trains on: a CPU head and GPU worker groups placed on healthy HyperPod nodes.
+
+Every pod template carries the job label (so the operator can find pods by job and node), the Kueue labels (HyperPod
+task governance admits on the pods as well as the cluster), the checkpoint volume, and — in HyperPod mode — a
+required node affinity that excludes nodes HyperPod marked unhealthy, so KubeRay's replacement pods land on good
+nodes. NotIn (rather than In Schedulable) also admits nodes without the label, e.g. a plain EKS CPU node group
+for the head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from mmrl_operator import constants as c
+from mmrl_operator.api import MultimodalRLJob, WorkerGroup
+from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
+from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.names import kueue_labels, raycluster_name, service_account_name
+
+SPEC_HASH_ANNOTATION = "mmrl.dev/spec-hash"
+UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PENDING_REBOOT]
+
+
+def _affinity(job: MultimodalRLJob) -> dict[str, Any] | None:
+    if not job.spec.cluster.hyperpod:
+        return None
+    term = {"matchExpressions": [{"key": c.HYPERPOD_HEALTH_LABEL, "operator": "NotIn", "values": UNHEALTHY}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
+    fixed = [
+        {"name": "MMRL_TRAINER_CONFIG", "value": CONFIG_FILE},
+        {"name": "MMRL_JOB_NAME", "value": job.name},
+        {"name": "MMRL_JOB_NAMESPACE", "value": job.namespace},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    return fixed + [e.wire() for e in job.spec.trainer.env]
+
+
+def _pod_template(
+    job: MultimodalRLJob,
+    *,
+    container: str,
+    component: str,
+    resources: dict[str, Any],
+    node_selector: dict[str, str],
+    extra_tolerations: list[dict[str, Any]],
+) -> dict[str, Any]:
+    spec = job.spec
+    overrides = spec.cluster.pod_template
+    mounts = build_mounts(job)
+    labels = {
+        **overrides.labels,
+        c.LABEL_JOB: job.name,
+        c.LABEL_COMPONENT: component,
+        **kueue_labels(job),
+    }
+    pod: dict[str, Any] = {
+        "serviceAccountName": service_account_name(job.name),
+        "containers": [
+            {
+                "name": container,
+                "image": spec.trainer.image,
+                "imagePullPolicy": spec.trainer.image_pull_policy,
+                "env": _env(job),
+                "envFrom": [e.wire() for e in spec.trainer.env_from],
+                "resources": resources,
+                "volumeMounts": mounts.mounts,
+            }
+        ],
+        "volumes": mounts.volumes,
+        "tolerations": [t.wire() for t in spec.cluster.tolerations] + extra_tolerations,
+    }
+    if not pod["containers"][0]["envFrom"]:
+        del pod["containers"][0]["envFrom"]
+    if not pod["tolerations"]:
+        del pod["tolerations"]
+    affinity = _affinity(job)
+    if affinity:
+        pod["affinity"] = affinity
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    if spec.cluster.priority_class_name:
+        pod["priorityClassName"] = spec.cluster.priority_class_name
+    if overrides.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in overrides.image_pull_secrets]
+    if overrides.scheduler_name:
+        pod["schedulerName"] = overrides.scheduler_name
+    if overrides.spec_patch:
+        pod = merge_patch(pod, overrides.spec_patch)
+    metadata: dict[str, Any] = {"labels": labels}
+    if overrides.annotations:
+        metadata["annotations"] = dict(overrides.annotations)
+    return {"metadata": metadata, "spec": pod}
+
+
+def _worker_resources(group: WorkerGroup) -> dict[str, Any]:
+    requests = dict(group.resources.requests)
+    limits = dict(group.resources.limits)
+    for resource, count in ((c.GPU_RESOURCE, group.gpus_per_node), (c.EFA_RESOURCE, group.efa_per_node)):
+        if count:
+            # Extended resources must have request == limit.
+            requests[resource] = limits[resource] = str(count)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _worker_group(job: MultimodalRLJob, group: WorkerGroup) -> dict[str, Any]:
+    selector = dict(group.node_selector)
+    if group.instance_type:
+        selector[c.INSTANCE_TYPE_LABEL] = group.instance_type
+    gpu_toleration = (
+        [{"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}] if group.gpus_per_node else []
+    )
+    return {
+        "groupName": group.name,
+        "replicas": group.replicas,
+        "minReplicas": group.replicas,
+        "maxReplicas": group.replicas,
+        "numOfHosts": 1,
+        "rayStartParams": {},
+        "template": _pod_template(
+            job,
+            container="ray-worker",
+            component="ray-worker",
+            resources=_worker_resources(group),
+            node_selector=selector,
+            extra_tolerations=gpu_toleration,
+        ),
+    }
+
+
+def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
+    cluster = job.spec.cluster
+    head_resources = cluster.head.resources.wire()
+    spec = {
+        "rayVersion": cluster.ray_version,
+        "enableInTreeAutoscaling": False,
+        "headGroupSpec": {
+            # The head schedules no GPU work and must accept dashboard/job submissions from the RayJob submitter.
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+            "template": _pod_template(
+                job,
+                container="ray-head",
+                component="ray-head",
+                resources=head_resources,
+                node_selector=dict(cluster.head.node_selector),
+                extra_tolerations=[],
+            ),
+        },
+        "workerGroupSpecs": [_worker_group(job, g) for g in cluster.worker_groups],
+    }
+    metadata = child_metadata(job, raycluster_name(job.name), "raycluster", kueue_labels(job))
+    metadata["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(spec)}
+    return {"apiVersion": c.RAY_API_VERSION, "kind": "RayCluster", "metadata": metadata, "spec": spec}
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,35 @@
+"""The RayJob for one attempt: `<name>-a<N>`, submitted to the job's warm RayCluster by clusterSelector.
+
+KubeRay's own `backoffLimit` would delete and recreate the whole cluster (and with clusterSelector it cannot
+retry at all), so it stays 0: mmrl starts the next attempt itself, on the same cluster, resuming from the latest
+complete checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmrl_operator import constants as c
+from mmrl_operator.api import MultimodalRLJob
+from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.volumes import CONFIG_FILE
+from mmrl_operator.names import raycluster_name, rayjob_name
+
+
+def trainer_entrypoint(attempt: int) -> str:
+    return f"python -m mmrl_trainer --config {CONFIG_FILE} --attempt {attempt}"
+
+
+def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
+    # Kueue admits the RayCluster; the RayJob only selects it, so queue labels on it would double-admit.
+    labels = {c.LABEL_ATTEMPT: str(attempt)}
+    metadata = child_metadata(job, rayjob_name(job.name, attempt), "rayjob", labels)
+    spec: dict[str, Any] = {
+        "clusterSelector": {c.RAY_CLUSTER_LABEL: raycluster_name(job.name)},
+        "entrypoint": trainer_entrypoint(attempt),
+        "submissionMode": "K8sJobMode",
+        "backoffLimit": 0,
+        "shutdownAfterJobFinishes": False,
+        "metadata": {"mmrl.dev/job": job.name, "mmrl.dev/attempt": str(attempt)},
+    }
+    return {"apiVersion": c.RAY_API_VERSION, "kind": "RayJob", "metadata": metadata, "spec": spec}

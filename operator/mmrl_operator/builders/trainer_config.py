@@ -1,0 +1,48 @@
+"""The TrainerConfig the RayJob's entrypoint reads, and the ConfigMap that carries it to every Ray pod."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mmrl_operator.api import MultimodalRLJob
+from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.volumes import build_mounts, local_path
+from mmrl_operator.names import config_map_name, job_dir
+from mmrl_trainer.config import CheckpointConfig, JobRef, Placement, TrainerConfig
+
+
+def build_trainer_config(job: MultimodalRLJob) -> TrainerConfig:
+    spec = job.spec
+    claims = build_mounts(job).claim_paths
+    directory = job_dir(job)
+    groups = spec.cluster.worker_groups
+    return TrainerConfig(
+        backend=spec.trainer.backend,
+        job=JobRef(namespace=job.namespace, name=job.name, uid=(job.metadata.model_extra or {}).get("uid", "")),
+        model=spec.model.model_copy(update={"name": local_path(spec.model.name, claims)}),
+        lora=spec.lora,
+        algorithm=spec.algorithm,
+        dataset=spec.dataset.model_copy(
+            update={
+                "train": local_path(spec.dataset.train, claims),
+                "validation": local_path(spec.dataset.validation, claims),
+            }
+        ),
+        checkpoint=CheckpointConfig(
+            dir=directory, interval_steps=spec.checkpoint.interval_steps, keep=spec.checkpoint.keep
+        ),
+        resume="latest",
+        export_dir=f"{directory}/adapter",
+        placement=Placement(num_nodes=sum(g.replicas for g in groups), gpus_per_node=groups[0].gpus_per_node),
+    )
+
+
+def build_config_map(job: MultimodalRLJob) -> dict[str, Any]:
+    config = build_trainer_config(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(job, config_map_name(job.name), "trainer-config"),
+        "data": {"trainer.json": json.dumps(json.loads(config.to_json()), indent=2, sort_keys=True)},
+    }

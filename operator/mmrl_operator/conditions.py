@@ -1,0 +1,69 @@
+"""kstatus-style conditions as a pure function of the phase and a few observed facts.
+
+`lastTransitionTime` only moves when a condition's status flips, so `kubectl wait` and Argo CD see stable
+objects; reasons are CamelCase, messages one human sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mmrl_operator.api.status import Condition
+
+IN_PROGRESS = ("Pending", "Provisioning", "Running", "Recovering", "Exporting")
+
+
+@dataclass(frozen=True)
+class Facts:
+    phase: str
+    generation: int
+    message: str
+    reason: str
+    cluster_ready: bool | None  # None: no cluster exists
+    training: bool
+    degraded_message: str | None
+
+
+def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
+    p = facts.phase
+    return [
+        ("Ready", p in ("Succeeded", "Serving"), p, facts.message),
+        ("Reconciling", p in IN_PROGRESS, p, facts.message),
+        ("Stalled", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
+        (
+            "ClusterReady",
+            facts.cluster_ready,
+            "RayClusterReady" if facts.cluster_ready else "RayClusterNotReady",
+            "the Ray cluster is ready" if facts.cluster_ready else "waiting for the Ray cluster",
+        ),
+        ("Training", facts.training, "AttemptRunning" if facts.training else p, facts.message),
+        (
+            "Degraded",
+            facts.degraded_message is not None,
+            "NodeFault" if facts.degraded_message else "NoFaults",
+            facts.degraded_message or "no node faults on this job's nodes",
+        ),
+        ("Complete", p == "Succeeded", p, facts.message),
+        ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
+        ("Suspended", p == "Suspended", p, facts.message),
+    ]
+
+
+def compute_conditions(previous: list[Condition], facts: Facts, now: str) -> list[Condition]:
+    old = {c.type: c for c in previous}
+    out: list[Condition] = []
+    for ctype, value, reason, message in _want(facts):
+        status = "Unknown" if value is None else ("True" if value else "False")
+        before = old.get(ctype)
+        since = before.last_transition_time if before and before.status == status else now
+        out.append(
+            Condition(
+                type=ctype,
+                status=status,
+                reason=reason,
+                message=message[:2048],
+                last_transition_time=since,
+                observed_generation=facts.generation,
+            )
+        )
+    return out

@@ -1,0 +1,131 @@
+"""One reconcile of one job: read the job and its children, decide, act, write status.
+
+This is the only place that connects the pure decision (`reconcile.decide`) to the API (`kube.Kube`). The job
+is read fresh from the apiserver on every pass (never from a watch cache), so a pass never decides on a status
+older than the previous pass's write. `progress` is owned by the trainer and never written here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from mmrl_operator import constants as c
+from mmrl_operator import metrics
+from mmrl_operator.api import parse_job
+from mmrl_operator.api.job import MultimodalRLJob
+from mmrl_operator.health import node_verdict
+from mmrl_operator.kube import Kube
+from mmrl_operator.names import attempt_of, raycluster_name
+from mmrl_operator.observed import Observed, PodInfo
+from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
+
+log = logging.getLogger("mmrl.controller")
+OPERATOR_OWNED = "progress"
+
+NodeLookup = Callable[[str], "dict[str, Any] | None"]
+
+
+def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = None) -> Observed:
+    ns, name = job.namespace, job.name
+    clusters = [
+        o
+        for o in kube.list_owned(c.RAY_API_VERSION, "RayCluster", ns, name)
+        if o["metadata"]["name"] == raycluster_name(name)
+    ]
+    rayjobs: dict[int, dict[str, Any]] = {}
+    for obj in kube.list_owned(c.RAY_API_VERSION, "RayJob", ns, name):
+        attempt = attempt_of(obj["metadata"]["name"], name)
+        if attempt is not None:
+            rayjobs[attempt] = obj
+    pods = []
+    for p in kube.list_owned("v1", "Pod", ns, name):
+        meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+        pods.append(
+            PodInfo(
+                name=meta["name"],
+                component=(meta.get("labels") or {}).get(c.LABEL_COMPONENT, ""),
+                node=spec.get("nodeName"),
+                created=parse_ts(meta.get("creationTimestamp")),
+                phase=st.get("phase", ""),
+                reason=st.get("reason"),
+            )
+        )
+    lookup = node_lookup or kube.get_node
+    nodes = {}
+    for node_name in sorted({p.node for p in pods if p.node}):
+        nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
+    return Observed(raycluster=clusters[0] if clusters else None, rayjobs=rayjobs, pods=pods, nodes=nodes)
+
+
+def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Merge patch from old to new status, leaving the trainer's `progress` alone; keys that vanished → null."""
+    patch: dict[str, Any] = {k: v for k, v in new.items() if k != OPERATOR_OWNED and old.get(k) != v}
+    for key in old:
+        if key not in new and key != OPERATOR_OWNED:
+            patch[key] = None
+    return patch
+
+
+def _invalid(kube: Kube, raw: dict[str, Any], error: str, now: datetime) -> None:
+    status = raw.get("status") or {}
+    if status.get("phase") == "Failed" and status.get("message") == error:
+        return
+    gen = raw["metadata"].get("generation", 0)
+    cond = [
+        {
+            "type": t,
+            "status": s,
+            "reason": "InvalidSpec",
+            "message": error,
+            "lastTransitionTime": ts(now),
+            "observedGeneration": gen,
+        }
+        for t, s in (("Ready", "False"), ("Reconciling", "False"), ("Stalled", "True"), ("Failed", "True"))
+    ]
+    patch = {"phase": "Failed", "message": error, "observedGeneration": gen, "conditions": cond}
+    kube.patch_status(raw["metadata"]["namespace"], raw["metadata"]["name"], patch)
+    kube.event(raw, "Warning", "InvalidSpec", error)
+
+
+def reconcile(
+    kube: Kube, namespace: str, name: str, node_lookup: NodeLookup | None = None, now: datetime | None = None
+) -> Plan | None:
+    """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone)."""
+    started = time.perf_counter()
+    now = now or datetime.now(UTC).replace(microsecond=0)
+    raw = kube.get_job(namespace, name)
+    if raw is None or raw["metadata"].get("deletionTimestamp"):
+        return None  # garbage collection removes the children through their ownerReferences
+    try:
+        job = parse_job(raw)
+    except ValueError as exc:
+        _invalid(kube, raw, f"invalid spec: {exc}", now)
+        return None
+    plan = decide(job, raw["metadata"].get("generation", 0), observe(kube, job, node_lookup), now)
+    for obj in plan.apply:
+        kube.apply(obj)
+    for d in plan.delete:
+        kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)
+    for e in plan.events:
+        kube.event(raw, e.type, e.reason, e.message)
+        metrics.record_event(e.reason)
+    patch = _status_patch(raw.get("status") or {}, plan.status)
+    if patch:
+        kube.patch_status(namespace, name, patch)
+        metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})
+    metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+    log.info(
+        "reconciled",
+        extra={
+            "job": f"{namespace}/{name}",
+            "phase": plan.status.get("phase"),
+            "attempt": plan.status.get("attempt"),
+            "applied": len(plan.apply),
+            "deleted": len(plan.delete),
+        },
+    )
+    return plan

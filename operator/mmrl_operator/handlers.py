@@ -1,0 +1,135 @@
+"""kopf wiring, and nothing else: watch events are turned into work-queue keys for `controller.reconcile`.
+
+Only `on.event` handlers are used: they add no finalizers and write no annotations on anyone's objects (kopf's
+timers and daemons would add a finalizer to every job, which an operator that is down turns into a blocked
+delete). Time-based work (backoff, hang detection, ttl) is a delayed requeue; a periodic resync covers anything
+missed. Nodes and our pods are cached from their own watches so a node event finds the jobs it affects.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from mmrl_operator import constants as c
+from mmrl_operator import metrics
+from mmrl_operator.controller import reconcile
+from mmrl_operator.kube import Kube
+from mmrl_operator.leader import LeaderElector
+from mmrl_operator.workqueue import Key, WorkQueue
+
+log = logging.getLogger("mmrl.handlers")
+
+
+@dataclass
+class Runtime:
+    kube: Kube
+    queue: WorkQueue
+    elector: LeaderElector | None
+    resync_seconds: float
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pod_nodes: dict[tuple[str, str], tuple[str, Key]] = field(default_factory=dict)  # pod -> (node, job)
+    phases: dict[Key, str] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.nodes.get(name)
+
+
+RUNTIME: Runtime | None = None
+
+
+def install(runtime: Runtime) -> None:
+    """Called by run.py before kopf starts; the handlers below find everything through RUNTIME."""
+    global RUNTIME
+    RUNTIME = runtime
+
+
+def reconcile_key(key: Key) -> float | None:
+    assert RUNTIME is not None
+    plan = reconcile(RUNTIME.kube, key[0], key[1], node_lookup=RUNTIME.node)
+    if plan is None:
+        RUNTIME.phases.pop(key, None)
+        return None
+    RUNTIME.phases[key] = plan.status.get("phase", "Pending")
+    return plan.requeue_after
+
+
+def _resync_loop(runtime: Runtime) -> None:
+    while not runtime.stop.wait(runtime.resync_seconds):
+        for key in list(runtime.phases):
+            runtime.queue.add(key)
+        metrics.set_phases(list(runtime.phases.values()))
+
+
+@kopf.on.startup()
+def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    assert RUNTIME is not None, "run.py installs the runtime before kopf starts"
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.posting.enabled = False  # our own Events carry reasons; kopf's would duplicate them
+    if RUNTIME.elector:
+        RUNTIME.elector.start()
+    RUNTIME.queue.start()
+    threading.Thread(target=_resync_loop, args=(RUNTIME,), name="mmrl-resync", daemon=True).start()
+
+
+@kopf.on.cleanup()
+def _cleanup(**_: Any) -> None:
+    if RUNTIME:
+        RUNTIME.stop.set()
+        RUNTIME.queue.stop()
+        if RUNTIME.elector:
+            RUNTIME.elector.stop()
+
+
+@kopf.on.probe(id="leader")
+def _probe(**_: Any) -> bool:
+    return bool(RUNTIME and (RUNTIME.elector is None or RUNTIME.elector.is_leader()))
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+def _job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
+    assert RUNTIME is not None
+    key = (namespace, name)
+    if type == "DELETED":
+        RUNTIME.phases.pop(key, None)
+        return
+    RUNTIME.phases.setdefault(key, "Pending")
+    RUNTIME.queue.add(key)
+
+
+def _child_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
+    assert RUNTIME is not None
+    RUNTIME.queue.add((namespace, labels[c.LABEL_JOB]))
+
+
+for _group, _version, _plural in ((c.RAY_GROUP, c.RAY_VERSION, "rayclusters"), (c.RAY_GROUP, c.RAY_VERSION, "rayjobs")):
+    kopf.on.event(_group, _version, _plural, labels={c.LABEL_JOB: kopf.PRESENT}, id=f"child-{_plural}")(_child_event)
+
+
+@kopf.on.event("", "v1", "pods", labels={c.LABEL_JOB: kopf.PRESENT})
+def _pod_event(type: str | None, name: str, namespace: str, labels: dict[str, str], spec: Any, **_: Any) -> None:
+    assert RUNTIME is not None
+    job = (namespace, labels[c.LABEL_JOB])
+    if type == "DELETED":
+        RUNTIME.pod_nodes.pop((namespace, name), None)
+    elif spec.get("nodeName"):
+        RUNTIME.pod_nodes[(namespace, name)] = (spec["nodeName"], job)
+    RUNTIME.queue.add(job)
+
+
+@kopf.on.event("", "v1", "nodes")
+def _node_event(type: str | None, name: str, body: kopf.Body, **_: Any) -> None:
+    assert RUNTIME is not None
+    if type == "DELETED":
+        RUNTIME.nodes.pop(name, None)
+    else:
+        RUNTIME.nodes[name] = {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
+    for node, job in list(RUNTIME.pod_nodes.values()):
+        if node == name:
+            RUNTIME.queue.add(job)

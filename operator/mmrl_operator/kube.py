@@ -1,0 +1,138 @@
+"""Kubernetes API access: server-side apply under one field manager, idempotent deletes, events, status.
+
+Everything the controller does to the cluster goes through `Kube`, so tests can count API calls and a fault
+injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from mmrl_operator import constants as c
+
+log = logging.getLogger("mmrl.kube")
+
+
+def load_config() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        self.api_client = api_client or load_config()
+        self.dyn = DynamicClient(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.calls = 0
+        self.writes = 0
+        crash = os.environ.get("MMRL_CRASH_AFTER_WRITES")
+        self._crash_after = int(crash) if crash else None
+
+    def _resource(self, api_version: str, kind: str):  # type: ignore[no-untyped-def]
+        return self.dyn.resources.get(api_version=api_version, kind=kind)
+
+    def _wrote(self) -> None:
+        self.writes += 1
+        if self._crash_after is not None and self.writes >= self._crash_after:
+            log.warning("fault injection: exiting after %d writes", self.writes)
+            os._exit(137)
+
+    # --- reads ---------------------------------------------------------------------------------------------
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls += 1
+        try:
+            return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_owned(self, api_version: str, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
+        self.calls += 1
+        result = self._resource(api_version, kind).get(namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}")
+        return [item.to_dict() for item in result.items]
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        self.calls += 1
+        try:
+            return self.api_client.sanitize_for_serialization(self.core.read_node(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # --- writes --------------------------------------------------------------------------------------------
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.calls += 1
+        meta = obj["metadata"]
+        self._resource(obj["apiVersion"], obj["kind"]).server_side_apply(
+            body=obj,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=c.FIELD_MANAGER,
+            force_conflicts=True,
+        )
+        self._wrote()
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, grace: int | None = None) -> bool:
+        self.calls += 1
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+        except NotFoundError:
+            return False
+        self._wrote()
+        return True
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.calls += 1
+        self.custom.patch_namespaced_custom_object_status(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"status": status}
+        )
+        self._wrote()
+
+    def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event on the job (best effort: an event must never fail a reconcile)."""
+        self.calls += 1
+        meta = job["metadata"]
+        now = datetime.now(UTC)
+        digest = hashlib.sha1(f"{reason}{message}{now.isoformat()}".encode()).hexdigest()[:10]
+        body = {
+            "metadata": {"name": f"{meta['name']}.{digest}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": c.API_VERSION,
+                "kind": c.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": c.MANAGED_BY},
+            "reportingComponent": c.MANAGED_BY,
+            "reportingInstance": os.environ.get("POD_NAME", "local"),
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except ApiException as exc:
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], exc.reason)

@@ -1,0 +1,66 @@
+"""Names, labels and paths derived from a job: one function each, so every module agrees on them.
+
+A retry is a new RayJob `<name>-a<N>` on the same RayCluster `<name>`; the attempt number in the name is what
+makes creation idempotent across operator restarts (a second create of the same attempt is the same object).
+"""
+
+from __future__ import annotations
+
+from mmrl_operator import constants as c
+from mmrl_operator.api import MultimodalRLJob
+
+
+def raycluster_name(job_name: str) -> str:
+    return job_name
+
+
+def rayjob_name(job_name: str, attempt: int) -> str:
+    return f"{job_name}-a{attempt}"
+
+
+def attempt_of(rayjob_name_: str, job_name: str) -> int | None:
+    """The attempt number encoded in a RayJob name of this job, or None if it is not one of ours."""
+    prefix = f"{job_name}-a"
+    tail = rayjob_name_.removeprefix(prefix)
+    return int(tail) if rayjob_name_.startswith(prefix) and tail.isdigit() else None
+
+
+def config_map_name(job_name: str) -> str:
+    return f"{job_name}-trainer-config"
+
+
+def service_account_name(job_name: str) -> str:
+    return f"{job_name}-trainer"
+
+
+def inference_name(job_name: str) -> str:
+    return f"{job_name}-inference"
+
+
+def job_labels(job_name: str, component: str) -> dict[str, str]:
+    return {c.LABEL_JOB: job_name, c.LABEL_COMPONENT: component, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+def kueue_labels(job: MultimodalRLJob) -> dict[str, str]:
+    kueue = job.spec.cluster.kueue
+    if kueue is None:
+        return {}
+    out = {c.KUEUE_QUEUE_LABEL: kueue.queue_name}
+    if kueue.priority_class:
+        out[c.KUEUE_PRIORITY_LABEL] = kueue.priority_class
+    return out
+
+
+def uid8(job: MultimodalRLJob) -> str:
+    uid = (job.metadata.model_extra or {}).get("uid") or ""
+    return uid.replace("-", "")[:8] or "nouid"
+
+
+def job_dir(job: MultimodalRLJob) -> str:
+    """`<root>/<namespace>/<name>-<uid8>`: unique per job object, so a re-created job never resumes a stranger."""
+    ckpt = job.spec.checkpoint
+    leaf = f"{job.namespace}/{job.name}-{uid8(job)}"
+    if ckpt.pvc is not None:
+        return f"{ckpt.pvc.mount_path.rstrip('/')}/{ckpt.pvc.sub_path.strip('/')}/{leaf}"
+    assert ckpt.s3 is not None
+    return f"{ckpt.s3.uri.rstrip('/')}/{leaf}"

@@ -1,0 +1,71 @@
+"""What the controller observed about one job's children and nodes, reduced to the facts decisions need.
+
+Pure readers of KubeRay status (RayJob outcome, RayCluster readiness) live here so the decision function never
+parses raw KubeRay objects itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from mmrl_operator.health import NodeVerdict
+
+Outcome = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    name: str
+    component: str  # ray-head | ray-worker
+    node: str | None
+    created: datetime | None
+    phase: str
+    reason: str | None = None
+
+    @property
+    def evicted_or_lost(self) -> bool:
+        return self.reason in ("Evicted", "NodeLost", "Preempting", "Terminated", "NodeShutdown")
+
+
+@dataclass(frozen=True)
+class Observed:
+    raycluster: dict[str, Any] | None = None
+    rayjobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> RayJob
+    pods: list[PodInfo] = field(default_factory=list)
+    nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
+
+
+def rayjob_outcome(rayjob: dict[str, Any]) -> tuple[Outcome, str]:
+    """Map KubeRay's (jobDeploymentStatus, jobStatus) to an outcome and a message."""
+    st = rayjob.get("status") or {}
+    deployment = st.get("jobDeploymentStatus") or ""
+    job_status = st.get("jobStatus") or ""
+    message = st.get("message") or st.get("reason") or ""
+    if job_status == "SUCCEEDED" and deployment in ("Complete", ""):
+        return "Succeeded", message or "the Ray job succeeded"
+    if job_status in ("FAILED", "STOPPED") or deployment in ("Failed", "ValidationFailed"):
+        reason = st.get("reason") or job_status or deployment
+        return "Failed", f"{reason}: {message}" if message and message != reason else str(reason)
+    if job_status == "RUNNING" or deployment == "Running":
+        return "Running", "the Ray job is running"
+    return "Pending", "the Ray job is being submitted"
+
+
+def desired_workers(raycluster: dict[str, Any]) -> int:
+    groups = (raycluster.get("spec") or {}).get("workerGroupSpecs") or []
+    return sum(int(g.get("replicas", 0)) * int(g.get("numOfHosts", 1)) for g in groups)
+
+
+def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
+    """None when there is no cluster; True when the head is ready and every desired worker is ready."""
+    if raycluster is None:
+        return None
+    st = raycluster.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in st.get("conditions") or []}
+    head_ok = conditions.get("HeadPodReady") == "True" or (
+        st.get("state") == "ready" and "HeadPodReady" not in conditions
+    )
+    workers_ok = int(st.get("readyWorkerReplicas") or 0) >= desired_workers(raycluster)
+    return bool(head_ok and workers_ok and st.get("state") == "ready")

@@ -1,0 +1,367 @@
+"""The decision: (job, observed children and nodes, now) → a Plan of API actions and the new status. Pure.
+
+Level-triggered: the plan depends only on the job object (spec + status) and what exists now, never on which
+event arrived. Every action is idempotent — objects are server-side applied under fixed names (attempt N is
+always RayJob `<name>-a<N>`), deletions of missing objects are no-ops — so the controller may be killed between
+any two actions and the next reconcile converges to the same state without duplicates. Budgets are charged in
+the same status write that records an attempt's end, so a repeated reconcile cannot charge twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from mmrl_operator import constants as c
+from mmrl_operator.api import MultimodalRLJob
+from mmrl_operator.api.status import Attempt, JobStatus
+from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.builders.rayjob import build_rayjob
+from mmrl_operator.builders.rbac import build_rbac
+from mmrl_operator.builders.trainer_config import build_config_map
+from mmrl_operator.conditions import Facts, compute_conditions
+from mmrl_operator.names import job_dir, raycluster_name, rayjob_name
+from mmrl_operator.observed import Observed, raycluster_ready, rayjob_outcome
+
+# A pod created this long after its attempt started was recreated mid-attempt (lost head or worker).
+RECREATED_GRACE = timedelta(seconds=5)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Delete:
+    api_version: str
+    kind: str
+    name: str
+    grace_seconds: int | None = None
+
+
+@dataclass
+class Plan:
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[Delete] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+    requeue_after: float | None = None
+
+
+def ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_ts(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+class _Decider:
+    def __init__(self, job: MultimodalRLJob, generation: int, observed: Observed, now: datetime) -> None:
+        self.job, self.spec, self.gen, self.obs, self.now = job, job.spec, generation, observed, now
+        self.status: JobStatus = (job.status or JobStatus()).model_copy(deep=True)
+        self.plan = Plan()
+        self.message = self.status.message or ""
+        self.reason = ""
+        self.due: list[datetime] = []
+
+    # --- helpers -----------------------------------------------------------------------------------------
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def set_phase(self, phase: str, message: str, reason: str = "") -> None:
+        self.status.phase = phase  # type: ignore[assignment]
+        self.message, self.reason = message, reason or phase
+
+    def current(self) -> Attempt | None:
+        a = self.status.attempts
+        return a[-1] if a and a[-1].index == self.status.attempt else None
+
+    def cluster_ready(self) -> bool | None:
+        return raycluster_ready(self.obs.raycluster)
+
+    def delete_rayjob(self, attempt: int) -> None:
+        if attempt in self.obs.rayjobs:
+            self.plan.delete.append(Delete(c.RAY_API_VERSION, "RayJob", rayjob_name(self.job.name, attempt)))
+
+    def delete_raycluster(self) -> None:
+        if self.obs.raycluster is not None:
+            self.plan.delete.append(Delete(c.RAY_API_VERSION, "RayCluster", raycluster_name(self.job.name)))
+
+    # --- the decision ------------------------------------------------------------------------------------
+    def run(self) -> Plan:
+        self.status.job_dir = job_dir(self.job)
+        self.adopt_orphan_attempt()
+        if self.status.phase in ("Succeeded", "Failed"):
+            self.finished()
+        elif self.spec.suspend:
+            self.suspend()
+        else:
+            self.ensure_children()
+            self.watch_nodes()
+            self.step_attempts()
+        return self.finish()
+
+    def adopt_orphan_attempt(self) -> None:
+        """A RayJob newer than status.attempt means we crashed after creating it: record it, don't recreate."""
+        newest = max(self.obs.rayjobs, default=0)
+        while self.status.attempt < newest:
+            prev = self.current()
+            cause = "initial" if self.status.attempt == 0 else ((prev.failure if prev else None) or "resume")
+            self.status.attempt += 1
+            self.status.attempts.append(
+                Attempt(
+                    index=self.status.attempt,
+                    ray_job=rayjob_name(self.job.name, self.status.attempt),
+                    cause=cause,  # type: ignore[arg-type]
+                    start_time=ts(self.now),
+                )
+            )
+
+    def finished(self) -> None:
+        ttl = self.spec.ttl_seconds_after_finished
+        done = parse_ts(self.status.finished_at)
+        if ttl is not None and done is not None and self.obs.raycluster is not None:
+            due = done + timedelta(seconds=ttl)
+            if self.now >= due:
+                self.delete_raycluster()
+                self.event("Normal", "ClusterDeleted", f"RayCluster deleted {ttl}s after the job finished")
+            else:
+                self.due.append(due)
+        for attempt, rayjob in self.obs.rayjobs.items():
+            if rayjob_outcome(rayjob)[0] in ("Pending", "Running"):
+                self.delete_rayjob(attempt)  # a finished job leaves nothing running
+        self.message = self.status.message or self.status.phase
+        self.reason = self.status.phase if self.status.phase == "Succeeded" else self._failed_reason()
+
+    def _failed_reason(self) -> str:
+        for cond in self.status.conditions:
+            if cond.type == "Stalled" and cond.status == "True":
+                return cond.reason
+        return "Failed"
+
+    def suspend(self) -> None:
+        cur = self.current()
+        if cur is not None and cur.result == "Running":
+            cur.result, cur.end_time, cur.message = "Stopped", ts(self.now), "suspended"
+        for attempt in list(self.obs.rayjobs):
+            self.delete_rayjob(attempt)
+        self.delete_raycluster()
+        if self.status.phase != "Suspended":
+            self.event("Normal", "Suspended", "job suspended: RayJob and RayCluster deleted, checkpoints kept")
+        self.set_phase("Suspended", "suspended; set spec.suspend=false to resume from the latest checkpoint")
+
+    def ensure_children(self) -> None:
+        first_time = self.status.observed_generation != self.gen or self.obs.raycluster is None
+        if first_time:
+            self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]
+        desired = build_raycluster(self.job)
+        current_hash = ((self.obs.raycluster or {}).get("metadata", {}).get("annotations") or {}).get(
+            SPEC_HASH_ANNOTATION
+        )
+        if self.obs.raycluster is None or current_hash != desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]:
+            self.plan.apply.append(desired)
+            if self.obs.raycluster is None:
+                self.event("Normal", "RayClusterCreated", f"creating RayCluster {desired['metadata']['name']}")
+        self.status.ray_cluster = desired["metadata"]["name"]
+
+    def watch_nodes(self) -> None:
+        faulted = sorted(n for n, v in self.obs.nodes.items() if v.fault)
+        for name in faulted:
+            if name not in self.status.degraded_nodes:
+                v = self.obs.nodes[name]
+                self.event("Warning", "NodeFault", f"{v.message} (status {v.reason})")
+        self.status.degraded_nodes = faulted
+        # Pods on a node that is going away are deleted now so KubeRay recreates them on healthy nodes at once,
+        # instead of after the 5-minute not-ready eviction; gone/NotReady kubelets cannot confirm, hence grace 0.
+        for pod in self.obs.pods:
+            verdict = self.obs.nodes.get(pod.node or "")
+            if verdict is not None and verdict.stop:
+                grace = 0 if verdict.reason in ("NodeDeleted", "NotReady") else None
+                self.plan.delete.append(Delete("v1", "Pod", pod.name, grace))
+
+    def infra_signal(self, attempt: Attempt) -> tuple[str | None, str | None]:
+        """(node, message) when the infrastructure is to blame for this attempt's trouble, else (None, None)."""
+        stops = [v for v in self.obs.nodes.values() if v.stop]
+        if stops:
+            return stops[0].node, stops[0].message
+        if attempt.node:
+            return attempt.node, f"node {attempt.node} reported a fault during the attempt"
+        started = parse_ts(attempt.start_time)
+        for pod in self.obs.pods:
+            if pod.evicted_or_lost:
+                return pod.node, f"pod {pod.name} was {pod.reason}"
+            if started and pod.created and pod.created > started + RECREATED_GRACE and pod.component == "ray-head":
+                return pod.node, f"the Ray head pod was lost and recreated as {pod.name}"
+        return None, None
+
+    def step_attempts(self) -> None:
+        cur = self.current()
+        if cur is None:
+            self.start_when_ready("initial")
+            return
+        if cur.result == "Running":
+            self.track_running(cur)
+        elif cur.result == "Succeeded":
+            self.succeed(cur)
+        else:  # Failed or Stopped: wait for backoff and a ready cluster, then the next attempt
+            if self.obs.rayjobs.get(cur.index) and rayjob_outcome(self.obs.rayjobs[cur.index])[0] in (
+                "Pending",
+                "Running",
+            ):
+                self.delete_rayjob(cur.index)
+            if self.status.phase != "Failed":
+                self.start_when_ready(cur.failure or "resume")
+
+    def track_running(self, cur: Attempt) -> None:
+        # Faults seen while the attempt runs mark it infra-affected, even if the attempt survives them.
+        for v in self.obs.nodes.values():
+            if v.fault and cur.node is None:
+                cur.node = v.node
+        rayjob = self.obs.rayjobs.get(cur.index)
+        if rayjob is None:
+            self.end_attempt(cur, "infra", None, f"RayJob {cur.ray_job} disappeared")
+            return
+        outcome, message = rayjob_outcome(rayjob)
+        node, why = self.infra_signal(cur)
+        if [v for v in self.obs.nodes.values() if v.stop] and outcome in ("Pending", "Running"):
+            self.delete_rayjob(cur.index)
+            self.end_attempt(cur, "infra", node, f"stopped: {why}")
+        elif outcome == "Succeeded":
+            cur.result, cur.end_time = "Succeeded", ts(self.now)
+            self.event("Normal", "AttemptSucceeded", f"attempt {cur.index} succeeded")
+            self.succeed(cur)
+        elif outcome == "Failed":
+            kind = "infra" if node else "application"
+            self.end_attempt(cur, kind, node, f"{message}; {why}" if why else message)
+        elif self.hung(cur):
+            self.delete_rayjob(cur.index)
+            self.end_attempt(
+                cur, "hang", None, f"no progress heartbeat for {self.spec.resilience.hang_timeout_seconds}s"
+            )
+        else:
+            running = outcome == "Running"
+            self.set_phase("Running", f"attempt {cur.index} {'is training' if running else 'is being submitted'}")
+
+    def hung(self, cur: Attempt) -> bool:
+        timeout = self.spec.resilience.hang_timeout_seconds
+        if not timeout:
+            return False
+        beats = [parse_ts(self.status.progress.heartbeat), parse_ts(cur.start_time)]
+        last = max((b for b in beats if b is not None), default=None)
+        if last is None:
+            return False
+        deadline = last + timedelta(seconds=timeout)
+        if self.now >= deadline:
+            return True
+        self.due.append(deadline)
+        return False
+
+    def end_attempt(self, cur: Attempt, kind: str, node: str | None, message: str) -> None:
+        cur.result, cur.failure, cur.end_time = "Failed", kind, ts(self.now)  # type: ignore[assignment]
+        cur.node, cur.message = node or cur.node, message[:1024]
+        budget = "infra" if kind == "infra" else "application"
+        used = self.status.restarts.get(budget, 0) + 1
+        self.status.restarts[budget] = used
+        res = self.spec.resilience
+        limit = res.max_infra_restarts if budget == "infra" else res.max_restarts
+        if used > limit:
+            field_name = "maxInfraRestarts" if budget == "infra" else "maxRestarts"
+            text = (
+                f"attempt {cur.index} failed ({kind}: {message}); {used - 1} {budget} restarts already used "
+                f"of spec.resilience.{field_name}={limit}"
+            )
+            self.status.finished_at = ts(self.now)
+            self.status.message = text
+            self.set_phase("Failed", text, "RestartBudgetExhausted")
+            self.event("Warning", "RestartBudgetExhausted", text)
+            return
+        streak = 0
+        for a in reversed(self.status.attempts):
+            if a.failure and ("infra" if a.failure == "infra" else "application") == budget:
+                streak += 1
+            else:
+                break
+        delay = min(res.max_backoff_seconds, res.backoff_seconds * 2 ** (streak - 1))
+        self.status.next_attempt_after = ts(self.now + timedelta(seconds=delay))
+        self.event("Warning", "AttemptFailed", f"attempt {cur.index} failed ({kind}): {message}; retry in {delay}s")
+        self.set_phase("Recovering", f"attempt {cur.index} failed ({kind}): {message}")
+
+    def start_when_ready(self, cause: str) -> None:
+        after = parse_ts(self.status.next_attempt_after)
+        if after is not None and self.now < after:
+            self.due.append(after)
+            self.set_phase("Recovering", self.message or "waiting before the next attempt")
+            return
+        if not self.cluster_ready():
+            phase = "Provisioning" if self.status.attempt == 0 else "Recovering"
+            self.set_phase(phase, "waiting for the Ray cluster to be ready")
+            return
+        n = self.status.attempt + 1
+        if self.status.observed_generation == self.gen and self.obs.raycluster is not None:
+            self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]  # heal deleted static children
+        self.plan.apply.append(build_rayjob(self.job, n))
+        ckpt = self.status.progress.last_checkpoint
+        resumed = ckpt.step if (ckpt and n > 1) else None
+        self.status.attempts.append(
+            Attempt(
+                index=n,
+                ray_job=rayjob_name(self.job.name, n),
+                cause=cause if n > 1 else "initial",  # type: ignore[arg-type]
+                resumed_from_step=resumed,
+                start_time=ts(self.now),
+            )
+        )
+        self.status.attempt, self.status.ray_job, self.status.next_attempt_after = (
+            n,
+            rayjob_name(self.job.name, n),
+            None,
+        )
+        where = f", resuming from step {resumed}" if resumed is not None else ""
+        self.event("Normal", "AttemptStarted", f"attempt {n} started as RayJob {rayjob_name(self.job.name, n)}{where}")
+        self.set_phase("Running", f"attempt {n} submitted{where}")
+
+    def succeed(self, cur: Attempt) -> None:
+        self.status.finished_at = self.status.finished_at or ts(self.now)
+        self.status.message = f"training finished in attempt {cur.index}"
+        self.set_phase("Succeeded", self.status.message)
+        self.event("Normal", "Succeeded", self.status.message)
+
+    def finish(self) -> Plan:
+        from mmrl_operator.api.status import MAX_ATTEMPT_HISTORY
+
+        self.status.attempts = self.status.attempts[-MAX_ATTEMPT_HISTORY:]
+        self.status.observed_generation = self.gen
+        if self.status.phase not in ("Failed",):
+            self.status.message = self.message or None
+        cur = self.current()
+        rayjob = self.obs.rayjobs.get(cur.index) if cur else None
+        training = bool(
+            cur and cur.result == "Running" and rayjob is not None and rayjob_outcome(rayjob)[0] == "Running"
+        )
+        degraded = ", ".join(f"{n} ({self.obs.nodes[n].reason})" for n in self.status.degraded_nodes)
+        facts = Facts(
+            phase=self.status.phase,
+            generation=self.gen,
+            message=self.message or self.status.phase,
+            reason=self.reason or self.status.phase,
+            cluster_ready=self.cluster_ready() if self.status.phase != "Suspended" else None,
+            training=training,
+            degraded_message=f"node faults: {degraded}" if degraded else None,
+        )
+        self.status.conditions = compute_conditions(self.status.conditions, facts, ts(self.now))
+        self.plan.status = self.status.wire()
+        if self.due:
+            self.plan.requeue_after = max(0.0, (min(self.due) - self.now).total_seconds())
+        return self.plan
+
+
+def decide(job: MultimodalRLJob, generation: int, observed: Observed, now: datetime) -> Plan:
+    """Compute the actions and the new status for one job. See the module docstring for the guarantees."""
+    return _Decider(job, generation, observed, now).run()

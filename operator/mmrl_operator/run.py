@@ -1,0 +1,45 @@
+"""Start the operator: configuration from flags and environment, metrics server, leader election, kopf."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import kopf
+from prometheus_client import start_http_server
+
+from mmrl_operator import handlers
+from mmrl_operator.kube import Kube
+from mmrl_operator.leader import LeaderElector
+from mmrl_operator.workqueue import WorkQueue
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("MMRL_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s")
+    kube = Kube()
+    elector = None
+    if not args.standalone:
+        lease_ns = os.environ.get("POD_NAMESPACE", "default")
+        elector = LeaderElector(kube.api_client, lease_ns, name=args.peering)
+    queue = WorkQueue(
+        handlers.reconcile_key,
+        workers=int(os.environ.get("MMRL_WORKERS", "4")),
+        active=(elector.is_leader if elector else lambda: True),
+    )
+    handlers.install(
+        handlers.Runtime(
+            kube=kube, queue=queue, elector=elector, resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30"))
+        )
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    namespaces = args.namespace or []
+    kopf.configure(verbose=False)
+    kopf.run(
+        standalone=True,  # peering is our Lease election (see docs/adr/0001-operator-design.md)
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0

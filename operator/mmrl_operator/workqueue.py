@@ -1,0 +1,114 @@
+"""A small controller work queue: deduplicated keys, delayed requeues, one worker per key at a time.
+
+kopf event handlers only enqueue `(namespace, name)`; workers call the reconcile. Deduplication collapses a
+burst of child events into one pass, and the per-key exclusivity means two passes of the same job never race on
+its status. Failures are retried with capped exponential backoff — never an endless fixed-interval loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from mmrl_operator import metrics
+
+log = logging.getLogger("mmrl.queue")
+Key = tuple[str, str]
+
+
+class WorkQueue:
+    def __init__(
+        self,
+        handler: Callable[[Key], float | None],
+        workers: int = 4,
+        max_backoff: float = 300.0,
+        active: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._handler, self._active, self._max_backoff = handler, active, max_backoff
+        self._cv = threading.Condition()
+        self._ready: list[Key] = []
+        self._queued: set[Key] = set()
+        self._busy: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._delayed: list[tuple[float, Key]] = []
+        self._failures: dict[Key, int] = {}
+        self._stop = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"mmrl-worker-{i}", daemon=True) for i in range(workers)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+
+    def add(self, key: Key) -> None:
+        with self._cv:
+            if key in self._busy:
+                self._dirty.add(key)  # run again once the current pass ends
+            elif key not in self._queued:
+                self._queued.add(key)
+                self._ready.append(key)
+                self._cv.notify()
+
+    def add_after(self, key: Key, delay: float) -> None:
+        with self._cv:
+            heapq.heappush(self._delayed, (time.monotonic() + delay, key))
+            self._cv.notify()
+
+    def _next(self) -> Key | None:
+        with self._cv:
+            while not self._stop:
+                now = time.monotonic()
+                while self._delayed and self._delayed[0][0] <= now:
+                    _, key = heapq.heappop(self._delayed)
+                    if key not in self._queued and key not in self._busy:
+                        self._queued.add(key)
+                        self._ready.append(key)
+                    elif key in self._busy:
+                        self._dirty.add(key)
+                for i, key in enumerate(self._ready):
+                    if key not in self._busy:
+                        del self._ready[i]
+                        self._queued.discard(key)
+                        self._busy.add(key)
+                        return key
+                timeout = self._delayed[0][0] - now if self._delayed else None
+                self._cv.wait(timeout)
+            return None
+
+    def _done(self, key: Key) -> None:
+        with self._cv:
+            self._busy.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                if key not in self._queued:
+                    self._queued.add(key)
+                    self._ready.append(key)
+            self._cv.notify_all()
+
+    def _work(self) -> None:
+        while (key := self._next()) is not None:
+            try:
+                if not self._active():
+                    continue  # a standby replica keeps its caches warm but acts on nothing
+                delay = self._handler(key)
+                self._failures.pop(key, None)
+                if delay is not None:
+                    self.add_after(key, delay)
+            except Exception:
+                metrics.RECONCILE_ERRORS.inc()
+                n = self._failures.get(key, 0) + 1
+                self._failures[key] = n
+                backoff = min(self._max_backoff, 0.5 * 2**n)
+                log.exception("reconcile of %s/%s failed (%d in a row); retrying in %.1fs", *key, n, backoff)
+                self.add_after(key, backoff)
+            finally:
+                self._done(key)

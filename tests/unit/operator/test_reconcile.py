@@ -1,0 +1,162 @@
+"""The decision function, driven through a job's life with observed children built by factories."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from mmrl_operator.api import JobStatus
+from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.observed import Observed, PodInfo
+from mmrl_operator.reconcile import Plan, decide, ts
+from tests.support.factories import T0, job, node, raycluster, rayjob, verdicts
+
+
+STATIC = ["ServiceAccount/geo-trainer", "Role/geo-trainer", "RoleBinding/geo-trainer", "ConfigMap/geo-trainer-config"]
+
+
+def kinds(plan: Plan) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.apply]
+
+
+def cond(plan: Plan, ctype: str) -> str:
+    return next(c["status"] for c in plan.status["conditions"] if c["type"] == ctype)
+
+
+def advance(j, plan: Plan):
+    """The job as the next reconcile reads it: same spec, the status the plan wrote."""
+    return job(status=plan.status) if j is None else j.model_copy(update={"status": JobStatus.model_validate(plan.status)})
+
+
+def ready_cluster(j) -> dict:
+    return raycluster(ready=True, spec_hash=build_raycluster(j)["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+
+
+def test_new_job_creates_rbac_config_and_cluster_but_no_rayjob_until_ready() -> None:
+    j = job()
+    plan = decide(j, 1, Observed(), T0)
+    assert kinds(plan) == [*STATIC, "RayCluster/geo"]
+    assert plan.status["phase"] == "Provisioning" and plan.status["observedGeneration"] == 1
+    assert cond(plan, "Reconciling") == "True" and cond(plan, "Ready") == "False"
+    assert plan.status["jobDir"] == "/fsx/mmrl/team/geo-0f1e2d3c"
+
+
+def test_ready_cluster_starts_attempt_one_once() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
+    # Static children are re-applied at each attempt start (heals a deleted ConfigMap); the cluster is not.
+    assert kinds(plan) == STATIC + ["RayJob/geo-a1"]
+    assert plan.status["attempt"] == 1 and plan.status["phase"] == "Running"
+    assert plan.status["attempts"][0]["cause"] == "initial"
+    # The same world observed again (RayJob now exists): nothing new is created.
+    j2 = advance(j, plan)
+    again = decide(j2, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}), T0)
+    assert kinds(again) == [] and again.status["attempt"] == 1
+    assert cond(again, "Training") == "True"
+
+
+def test_killed_after_creating_rayjob_before_status_write_adopts_it() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))  # status says attempt 0
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}), T0)
+    assert kinds(plan) == [] and plan.status["attempt"] == 1
+
+
+def test_success_finishes_and_ttl_deletes_cluster_later() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    done = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "SUCCEEDED")}), T0)
+    assert done.status["phase"] == "Succeeded" and cond(done, "Complete") == "True" and cond(done, "Ready") == "True"
+    j = advance(j, done)
+    early = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0 + timedelta(seconds=10))
+    assert early.delete == [] and early.requeue_after == 3590
+    late = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0 + timedelta(seconds=3600))
+    assert [(d.kind, d.name) for d in late.delete] == [("RayCluster", "geo")]
+
+
+def test_application_failure_backs_off_then_retries_on_same_cluster() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    failed = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED", "AppFailed")}), T0)
+    assert failed.status["phase"] == "Recovering" and failed.status["restarts"] == {"application": 1}
+    assert failed.status["attempts"][0]["failure"] == "application"
+    assert failed.status["nextAttemptAfter"] == ts(T0 + timedelta(seconds=30))
+    j = advance(j, failed)
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")})
+    assert kinds(decide(j, 1, world, T0 + timedelta(seconds=10))) == []
+    retry = decide(j, 1, world, T0 + timedelta(seconds=31))
+    assert kinds(retry) == STATIC + ["RayJob/geo-a2"] and retry.status["attempts"][1]["cause"] == "application"
+
+
+def test_application_budget_exhausted_fails_with_a_message_naming_the_budget() -> None:
+    j = job({"spec": {"resilience": {"maxRestarts": 0}}})
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}), T0)
+    assert plan.status["phase"] == "Failed"
+    assert "spec.resilience.maxRestarts=0" in plan.status["message"]
+    assert cond(plan, "Stalled") == "True" and cond(plan, "Failed") == "True"
+
+
+def test_node_pending_replacement_stops_attempt_and_charges_infra() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    pods = [PodInfo("geo-worker-1", "ray-worker", "hyperpod-i-1", T0, "Running")]
+    bad = verdicts(node("hyperpod-i-1", "UnschedulablePendingReplacement"))
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=pods, nodes=bad), T0)
+    assert [(d.kind, d.name) for d in plan.delete] == [("Pod", "geo-worker-1"), ("RayJob", "geo-a1")]
+    assert plan.status["restarts"] == {"infra": 1} and plan.status["attempts"][0]["node"] == "hyperpod-i-1"
+    assert any(e.reason == "NodeFault" for e in plan.events) and cond(plan, "Degraded") == "True"
+
+
+def test_degraded_node_marks_attempt_so_its_failure_counts_as_infra() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    checking = verdicts(node("hyperpod-i-1", "Unschedulable"))
+    pods = [PodInfo("geo-worker-1", "ray-worker", "hyperpod-i-1", T0, "Running")]
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=pods, nodes=checking), T0)
+    assert plan.delete == [] and plan.status["phase"] == "Running"
+    j = advance(j, plan)
+    failed = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}), T0)
+    assert failed.status["attempts"][0]["failure"] == "infra"
+
+
+def test_hang_without_heartbeat_restarts_attempt() -> None:
+    j = job({"spec": {"resilience": {"hangTimeoutSeconds": 600}}})
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()})
+    assert decide(j, 1, world, T0 + timedelta(seconds=300)).requeue_after == 300
+    plan = decide(j, 1, world, T0 + timedelta(seconds=601))
+    assert [(d.kind, d.name) for d in plan.delete] == [("RayJob", "geo-a1")]
+    assert plan.status["attempts"][0]["failure"] == "hang"
+
+
+def test_suspend_deletes_cluster_and_job_and_resume_does_not_charge_a_restart() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    s = job({"spec": {"suspend": True}}, status=j.status.wire())
+    plan = decide(s, 2, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}), T0)
+    assert sorted((d.kind, d.name) for d in plan.delete) == [("RayCluster", "geo"), ("RayJob", "geo-a1")]
+    assert plan.status["phase"] == "Suspended" and cond(plan, "Suspended") == "True"
+    r = job(status=plan.status)
+    resumed = decide(r, 3, Observed(), T0)
+    assert "RayCluster/geo" in kinds(resumed) and resumed.status["phase"] == "Recovering"
+    r = advance(r, resumed)
+    started = decide(r, 3, Observed(raycluster=ready_cluster(r)), T0)
+    assert kinds(started)[-1] == "RayJob/geo-a2" and started.status["attempts"][1]["cause"] == "resume"
+    assert started.status.get("restarts", {}) == {}
+
+
+def test_worker_replica_change_reapplies_the_cluster() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    bigger = job({"spec": {"cluster": {"workerGroups": [{"name": "p5", "replicas": 2}]}}}, status=j.status.wire())
+    plan = decide(bigger, 2, Observed(raycluster=ready_cluster(j)), T0)
+    rc = [o for o in plan.apply if o["kind"] == "RayCluster"]
+    assert rc and rc[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2
