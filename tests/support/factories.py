@@ -13,7 +13,9 @@ from tests.support.corpus import example, merge_patch
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def job(patch: dict[str, Any] | None = None, status: dict[str, Any] | None = None, name: str = "geo") -> MultimodalRLJob:
+def job(
+    patch: dict[str, Any] | None = None, status: dict[str, Any] | None = None, name: str = "geo"
+) -> MultimodalRLJob:
     doc = merge_patch(example(), patch or {})
     doc["metadata"].update({"name": name, "namespace": "team", "uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000000"})
     if status is not None:

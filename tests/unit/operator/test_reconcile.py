@@ -10,7 +10,6 @@ from mmrl_operator.observed import Observed, PodInfo
 from mmrl_operator.reconcile import Plan, decide, ts
 from tests.support.factories import T0, job, node, raycluster, rayjob, verdicts
 
-
 STATIC = ["ServiceAccount/geo-trainer", "Role/geo-trainer", "RoleBinding/geo-trainer", "ConfigMap/geo-trainer-config"]
 
 
@@ -24,7 +23,9 @@ def cond(plan: Plan, ctype: str) -> str:
 
 def advance(j, plan: Plan):
     """The job as the next reconcile reads it: same spec, the status the plan wrote."""
-    return job(status=plan.status) if j is None else j.model_copy(update={"status": JobStatus.model_validate(plan.status)})
+    return (
+        job(status=plan.status) if j is None else j.model_copy(update={"status": JobStatus.model_validate(plan.status)})
+    )
 
 
 def ready_cluster(j) -> dict:
@@ -45,7 +46,7 @@ def test_ready_cluster_starts_attempt_one_once() -> None:
     j = advance(j, decide(j, 1, Observed(), T0))
     plan = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
     # Static children are re-applied at each attempt start (heals a deleted ConfigMap); the cluster is not.
-    assert kinds(plan) == STATIC + ["RayJob/geo-a1"]
+    assert kinds(plan) == [*STATIC, "RayJob/geo-a1"]
     assert plan.status["attempt"] == 1 and plan.status["phase"] == "Running"
     assert plan.status["attempts"][0]["cause"] == "initial"
     # The same world observed again (RayJob now exists): nothing new is created.
@@ -79,7 +80,9 @@ def test_application_failure_backs_off_then_retries_on_same_cluster() -> None:
     j = job()
     j = advance(j, decide(j, 1, Observed(), T0))
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
-    failed = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED", "AppFailed")}), T0)
+    failed = decide(
+        j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED", "AppFailed")}), T0
+    )
     assert failed.status["phase"] == "Recovering" and failed.status["restarts"] == {"application": 1}
     assert failed.status["attempts"][0]["failure"] == "application"
     assert failed.status["nextAttemptAfter"] == ts(T0 + timedelta(seconds=30))
@@ -87,7 +90,7 @@ def test_application_failure_backs_off_then_retries_on_same_cluster() -> None:
     world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")})
     assert kinds(decide(j, 1, world, T0 + timedelta(seconds=10))) == []
     retry = decide(j, 1, world, T0 + timedelta(seconds=31))
-    assert kinds(retry) == STATIC + ["RayJob/geo-a2"] and retry.status["attempts"][1]["cause"] == "application"
+    assert kinds(retry) == [*STATIC, "RayJob/geo-a2"] and retry.status["attempts"][1]["cause"] == "application"
 
 
 def test_application_budget_exhausted_fails_with_a_message_naming_the_budget() -> None:

@@ -1,0 +1,71 @@
+"""`mmrl status NAME`: a job's phase, conditions, attempts, progress and recent events, for humans."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from mmrl_operator import constants as c
+
+
+def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
+    meta, st = job["metadata"], job.get("status") or {}
+    prog = st.get("progress") or {}
+    lines = [
+        f"{meta['namespace']}/{meta['name']}  phase={st.get('phase', 'Pending')}  attempt={st.get('attempt', 0)}",
+        f"  message: {st.get('message') or '-'}",
+        f"  progress: step {prog.get('step', 0)}/{prog.get('totalSteps') or '?'}  reward {prog.get('rewardMean', '-')}"
+        f"  heartbeat {prog.get('heartbeat') or '-'}",
+    ]
+    ckpt = prog.get("lastCheckpoint")
+    if ckpt:
+        lines.append(f"  last checkpoint: step {ckpt['step']} at {ckpt['path']}")
+    restarts = st.get("restarts") or {}
+    spec_res = (job.get("spec") or {}).get("resilience") or {}
+    lines.append(
+        f"  restarts: application {restarts.get('application', 0)}/{spec_res.get('maxRestarts', '?')}, "
+        f"infra {restarts.get('infra', 0)}/{spec_res.get('maxInfraRestarts', '?')}"
+    )
+    lines.append("  conditions:")
+    for cond in st.get("conditions") or []:
+        lines.append(
+            f"    {cond['type']:<13} {cond['status']:<7} {cond.get('reason', ''):<24} {cond.get('message', '')}"
+        )
+    lines.append("  attempts:")
+    for a in st.get("attempts") or []:
+        resumed = f" resumed@{a['resumedFromStep']}" if a.get("resumedFromStep") is not None else ""
+        why = f" [{a['failure']}{' on ' + a['node'] if a.get('node') else ''}]" if a.get("failure") else ""
+        lines.append(
+            f"    #{a['index']} {a['rayJob']} {a['cause']}{resumed} -> {a['result']}{why} {a.get('message') or ''}"
+        )
+    lines.append("  events:")
+    for e in events[-10:]:
+        lines.append(f"    {e.get('type', ''):<8} {e.get('reason', ''):<22} {e.get('message', '')}")
+    return "\n".join(lines)
+
+
+def show_status(name: str, namespace: str | None, out: TextIO = sys.stdout) -> int:
+    from kubernetes import client, config
+
+    from mmrl_operator.kube import load_config
+
+    api = load_config()
+    if namespace is None:
+        try:
+            namespace = config.list_kube_config_contexts()[1]["context"].get("namespace", "default")
+        except Exception:
+            namespace = "default"
+    custom = client.CustomObjectsApi(api)
+    try:
+        job = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+    except client.exceptions.ApiException as exc:
+        print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
+        return 1
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={c.KIND}"
+    )
+    items = sorted(
+        (api.sanitize_for_serialization(e) for e in events.items), key=lambda e: e.get("lastTimestamp") or ""
+    )
+    print(render_status(job, items), file=out)
+    return 0

@@ -1,0 +1,53 @@
+"""Node verdicts over HyperPod's labels and taint, and over plain Kubernetes signals."""
+
+from __future__ import annotations
+
+import pytest
+
+from mmrl_operator import constants as c
+from mmrl_operator.health import node_verdict
+from tests.support.factories import node
+
+
+@pytest.mark.parametrize(
+    ("health", "severity", "reason"),
+    [
+        ("Schedulable", "healthy", "Healthy"),
+        ("Unschedulable", "degraded", "Unschedulable"),
+        ("UnschedulablePendingReboot", "stop", "PendingReboot"),
+        ("UnschedulablePendingReplacement", "stop", "PendingReplacement"),
+    ],
+)
+def test_health_label_values(health: str, severity: str, reason: str) -> None:
+    v = node_verdict("n", node("n", health))
+    assert (v.severity, v.reason) == (severity, reason)
+
+
+def test_deep_health_check_in_progress_degrades_and_failed_stops() -> None:
+    running = node_verdict("n", node("n", "Unschedulable", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "InProgress"}))
+    assert (running.severity, running.reason) == ("degraded", "HealthCheckInProgress")
+    failed = node_verdict("n", node("n", "Schedulable", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "Failed"}))
+    assert failed.stop
+
+
+def test_fault_labels_degrade() -> None:
+    v = node_verdict(
+        "n", node("n", **{c.HYPERPOD_FAULT_TYPES_LABEL: "GpuXid", c.HYPERPOD_FAULT_REASONS_LABEL: "Xid79"})
+    )
+    assert v.severity == "degraded" and "Xid79" in v.message
+
+
+def test_taint_alone_degrades() -> None:
+    n = node("n")
+    n["spec"] = {"taints": [{"key": c.HYPERPOD_TAINT_KEY, "value": "Unschedulable", "effect": "NoSchedule"}]}
+    assert node_verdict("n", n).severity == "degraded"
+
+
+def test_not_ready_and_deleted_stop_with_or_without_hyperpod() -> None:
+    plain = {"metadata": {"name": "n", "labels": {}}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    assert node_verdict("n", plain, hyperpod=False).reason == "NotReady"
+    assert node_verdict("n", None, hyperpod=False).reason == "NodeDeleted"
+
+
+def test_hyperpod_labels_ignored_when_hyperpod_mode_is_off() -> None:
+    assert node_verdict("n", node("n", "UnschedulablePendingReplacement"), hyperpod=False).severity == "healthy"

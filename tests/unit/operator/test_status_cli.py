@@ -1,0 +1,28 @@
+"""`mmrl status` rendering of a job the operator has worked on."""
+
+from __future__ import annotations
+
+from mmrl_operator.observed import Observed
+from mmrl_operator.reconcile import decide
+from mmrl_operator.status_cli import render_status
+from tests.support.factories import T0, job, rayjob
+from tests.unit.operator.test_reconcile import advance, ready_cluster
+
+
+def test_status_shows_phase_attempts_budgets_and_events() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}), T0))
+    text = render_status(
+        {
+            "metadata": {"name": "geo", "namespace": "team"},
+            "spec": {"resilience": {"maxRestarts": 2}},
+            "status": j.status.wire(),
+        },
+        [{"type": "Warning", "reason": "AttemptFailed", "message": "attempt 1 failed"}],
+    )
+    assert "phase=Recovering" in text and "attempt=1" in text
+    assert "application 1/2" in text
+    assert "#1 geo-a1 initial -> Failed [application]" in text
+    assert "AttemptFailed" in text and "Stalled" in text
