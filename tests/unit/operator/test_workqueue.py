@@ -1,0 +1,80 @@
+"""The work queue: bursts collapse, one pass per key at a time, failures retried with backoff, standby idles."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from mmrl_operator.workqueue import WorkQueue
+
+
+def wait_for(pred, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_burst_of_adds_for_one_key_collapses_and_never_overlaps() -> None:
+    running, overlaps, calls = set(), [], []
+    gate = threading.Event()
+
+    def handler(key):
+        if key in running:
+            overlaps.append(key)
+        running.add(key)
+        calls.append(key)
+        gate.wait(1)
+        running.discard(key)
+        return None
+
+    q = WorkQueue(handler, workers=4)
+    q.start()
+    for _ in range(50):
+        q.add(("ns", "a"))
+    wait_for(lambda: len(calls) >= 1)
+    for _ in range(50):
+        q.add(("ns", "a"))  # arrives while busy: exactly one more pass
+    gate.set()
+    wait_for(lambda: len(calls) >= 2)
+    time.sleep(0.2)
+    q.stop()
+    assert overlaps == [] and len(calls) == 2
+
+
+def test_failure_is_retried_with_backoff_then_succeeds() -> None:
+    attempts = []
+
+    def handler(key):
+        attempts.append(time.monotonic())
+        if len(attempts) < 3:
+            raise RuntimeError("apiserver hiccup")
+        return None
+
+    q = WorkQueue(handler, workers=1)
+    q.start()
+    q.add(("ns", "a"))
+    wait_for(lambda: len(attempts) >= 3)
+    q.stop()
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert gaps[1] > gaps[0] >= 0.9  # 1 s, then 2 s
+
+
+def test_requeue_after_runs_the_key_again() -> None:
+    calls = []
+    q = WorkQueue(lambda key: (calls.append(key), 0.1 if len(calls) == 1 else None)[1], workers=1)
+    q.start()
+    q.add(("ns", "a"))
+    wait_for(lambda: len(calls) == 2)
+    q.stop()
+
+
+def test_standby_replica_acts_on_nothing() -> None:
+    calls = []
+    q = WorkQueue(lambda key: calls.append(key), workers=1, active=lambda: False)
+    q.start()
+    q.add(("ns", "a"))
+    time.sleep(0.2)
+    q.stop()
+    assert calls == []
