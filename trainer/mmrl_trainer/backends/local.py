@@ -1,0 +1,206 @@
+"""The local backend: TRL's GRPOTrainer + a peft LoRA on one node (CPU or one GPU), driven by TrainerConfig.
+
+One training step is one batch of `trainBatchSize` prompts x `samplesPerPrompt` completions and one optimizer
+update (miniBatchSize and microBatchSizePerGpu are GPU memory knobs of the SkyRL backend; a single-node job
+updates once per step). Checkpoints use SkyRL's layout so the operator's resume logic does not care which backend
+wrote them: TRL saves `checkpoint-N` into a staging folder, and a callback moves it to
+`<dir>/global_step_N/policy/` and commits it (manifest, then the marker, atomically). Resume hands the newest
+complete step to `Trainer.train(resume_from_checkpoint=...)`, which restores the LoRA weights, optimizer,
+scheduler, RNG states and data position. The final adapter is exported in PEFT format and checked for vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.config import TrainerConfig
+from mmrl_trainer.progress import ProgressReporter
+
+log = logging.getLogger("mmrl_trainer.local")
+STAGING = ".trl-staging"
+
+
+@dataclass
+class LocalResult:
+    final_step: int
+    resumed_from: int | None
+    adapter_dir: Path
+    held_out_reward: float | None
+
+
+def total_steps(cfg: TrainerConfig, n_train: int) -> int:
+    per_epoch = max(1, math.ceil(n_train / cfg.algorithm.train_batch_size))
+    steps = per_epoch * cfg.algorithm.epochs
+    return min(steps, cfg.algorithm.max_steps) if cfg.algorithm.max_steps else steps
+
+
+def grpo_kwargs(cfg: TrainerConfig, output_dir: str, *, use_cpu: bool) -> dict[str, Any]:
+    """TrainerConfig → GRPOConfig keyword arguments (pure; unit-tested without torch)."""
+    algo = cfg.algorithm
+    completions = algo.train_batch_size * algo.samples_per_prompt
+    return {
+        "output_dir": output_dir,
+        "num_generations": algo.samples_per_prompt,
+        "per_device_train_batch_size": completions,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,
+        "learning_rate": algo.learning_rate,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "beta": algo.kl_coef,
+        "epsilon": algo.clip_eps_low,
+        "epsilon_high": algo.clip_eps_high,
+        # SkyRL's default loss_reduction is token_mean; TRL's "dapo" loss is the same normalisation.
+        "loss_type": "dapo",
+        "temperature": algo.temperature,
+        "top_k": 0,
+        "max_completion_length": algo.max_response_length,
+        "num_train_epochs": algo.epochs,
+        "max_steps": algo.max_steps or -1,
+        "seed": cfg.seed,
+        "data_seed": cfg.seed,
+        "use_cpu": use_cpu,
+        "bf16": False,
+        "fp16": False,
+        "logging_steps": 1,
+        "report_to": [],
+        "save_strategy": "steps",
+        "save_steps": cfg.checkpoint.interval_steps,
+        "save_total_limit": None,
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "remove_unused_columns": False,
+    }
+
+
+def lora_config(cfg: TrainerConfig):
+    from peft import LoraConfig
+
+    # bias="none" and no modules_to_save: the two things vLLM refuses to serve.
+    return LoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def make_callbacks(cfg: TrainerConfig, reporter: ProgressReporter, n_steps: int):
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    root = ckpt.local_dir(cfg.checkpoint.dir)
+
+    class CommitCheckpoint(TrainerCallback):
+        """Move TRL's checkpoint-N into global_step_N/policy and seal it with the marker."""
+
+        def on_save(self, args, state, control, **kwargs):
+            src = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            if not args.should_save or not src.is_dir():
+                return control
+            dst = ckpt.begin_step(root, state.global_step)
+            os.replace(src, dst / "policy")
+            done = ckpt.commit_step(root, state.global_step, keep=cfg.checkpoint.keep)
+            reporter.report(state.global_step, n_steps, {"event": "checkpoint"}, checkpoint=done, force=True)
+            return control
+
+    class ReportProgress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                keep = ("reward", "reward_std", "loss", "kl", "grad_norm", "learning_rate", "entropy")
+                metrics = {k: float(v) for k, v in logs.items() if k in keep and v is not None}
+                metrics["completion_length"] = logs.get("completions/mean_length")
+                reporter.report(state.global_step, n_steps, metrics)
+            return control
+
+    return [CommitCheckpoint(), ReportProgress()]
+
+
+def _reward_fn(cfg: TrainerConfig):
+    from mmrl_trainer.rewards import resolve
+
+    score = resolve(cfg.dataset.reward)
+
+    def mmrl_reward(prompts, completions, answer, **kwargs) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [score(t, a) for t, a in zip(texts, answer, strict=True)]
+
+    return mmrl_reward
+
+
+def configure_threads() -> None:
+    import torch
+
+    # On small CPU boxes intra-op threading of tiny matmuls costs more than it saves (measured: ~20x slower
+    # with 2 threads while other processes are busy); MMRL_TORCH_THREADS overrides.
+    threads = int(os.environ.get("MMRL_TORCH_THREADS", "1" if not torch.cuda.is_available() else "0"))
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
+    import datasets
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mmrl_trainer.adapter import export_adapter
+    from mmrl_trainer.data import load_examples, to_trl_rows
+    from mmrl_trainer.evaluate import held_out_reward
+    from mmrl_trainer.models import resolve_model
+    from mmrl_trainer.rewards import resolve
+
+    configure_threads()
+    root = ckpt.local_dir(cfg.checkpoint.dir)
+    root.mkdir(parents=True, exist_ok=True)
+    model_path = resolve_model(cfg.model)
+    train = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
+    n_steps = total_steps(cfg, len(train))
+    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
+    reporter = ProgressReporter.from_config(cfg)
+
+    processor = AutoProcessor.from_pretrained(model_path, revision=cfg.model.revision)
+    model = AutoModelForImageTextToText.from_pretrained(model_path, revision=cfg.model.revision, dtype=torch.float32)
+    staging = root / STAGING
+    shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed attempt; never a committed checkpoint
+    args = GRPOConfig(**grpo_kwargs(cfg, str(staging), use_cpu=not torch.cuda.is_available()))
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=_reward_fn(cfg),
+        args=args,
+        train_dataset=datasets.Dataset.from_list(to_trl_rows(train)),
+        processing_class=processor,
+        peft_config=lora_config(cfg),
+        callbacks=make_callbacks(cfg, reporter, n_steps),
+    )
+    if resume is not None:
+        log.info("resuming from step %d at %s", resume.step, resume.path)
+    trainer.train(resume_from_checkpoint=str(resume.path / "policy") if resume else None)
+    final_step = trainer.state.global_step
+
+    policy = trainer.model
+    info = export_adapter(policy, cfg.export_dir, base_model=cfg.model.name)
+    reward = None
+    if evaluate and cfg.dataset.validation:
+        held_out = load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1)
+        reward = held_out_reward(
+            policy,
+            processor,
+            held_out,
+            resolve(cfg.dataset.reward),
+            temperature=cfg.algorithm.temperature,
+            max_new_tokens=cfg.algorithm.max_response_length,
+        )
+    summary = {"event": "finished", "held_out_reward": reward}
+    reporter.report(final_step, n_steps, summary, checkpoint=reporter.checkpoint, force=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return LocalResult(final_step, resume.step if resume else None, info.path, reward)

@@ -1,0 +1,162 @@
+"""The checkpoint contract shared by both backends and read by the operator.
+
+Layout (SkyRL's): `<dir>/global_step_N/` holds one step's state, and `<dir>/latest_ckpt_global_step.txt` holds N.
+The marker is written LAST and atomically (temp file, fsync, os.replace, fsync of the directory), so a crash at any
+instant leaves either the old or the new marker. Completeness is judged as follows: a step is complete when
+(1) N <= the marker's step, (2) its directory exists, and (3) when it carries a `MANIFEST.json` (the local backend
+always writes one, just before the marker) every file it lists exists with the recorded size. SkyRL's steps carry
+no manifest; for them rule (1) is the guarantee, because SkyRL only advances the marker after a step is written.
+A step directory newer than the marker is a half-written save and is ignored; a marker that names a missing or
+damaged step falls back to the newest older complete one. Rotation deletes only complete steps older than the
+newest K. This module handles local and mounted paths (PVC/FSx); s3:// directories are passed through to SkyRL,
+which writes them itself, and are rejected here with a message saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = "latest_ckpt_global_step.txt"
+MANIFEST = "MANIFEST.json"
+STEP_PREFIX = "global_step_"
+_STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: Path
+    time: str | None = None
+
+
+def local_dir(uri: str | Path) -> Path:
+    """A checkpoint root as a local path; s3:// is the SkyRL backend's job (fsspec is not in the local image)."""
+    text = str(uri)
+    if text.startswith("s3://"):
+        raise ValueError(
+            f"checkpoint.dir {text!r}: the local backend writes checkpoints to local or mounted paths only; "
+            "use a PVC path or backend=skyrl for s3:// checkpoint directories"
+        )
+    return Path(text.removeprefix("file://"))
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    return local_dir(root) / f"{STEP_PREFIX}{step}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` so readers see the old content or the new, never a torn file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def read_marker(root: str | Path) -> int | None:
+    try:
+        return int((local_dir(root) / MARKER).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def step_dirs(root: str | Path) -> dict[int, Path]:
+    base = local_dir(root)
+    if not base.is_dir():
+        return {}
+    found = {}
+    for child in base.iterdir():
+        match = _STEP_RE.match(child.name)
+        if match and child.is_dir():
+            found[int(match.group(1))] = child
+    return found
+
+
+def write_manifest(path: Path, step: int) -> None:
+    """Record every file of a step (relative path → size); written after the files, before the marker."""
+    files = {str(p.relative_to(path)): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file()}
+    files.pop(MANIFEST, None)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    atomic_write_text(path / MANIFEST, json.dumps({"step": step, "time": now, "files": files}, indent=1))
+
+
+def manifest_ok(path: Path) -> bool:
+    """True when the step has no manifest (SkyRL) or every file in it is present with its recorded size."""
+    manifest = path / MANIFEST
+    if not manifest.exists():
+        return True
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        return all((path / rel).is_file() and (path / rel).stat().st_size == size for rel, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _time_of(path: Path) -> str | None:
+    try:
+        return json.loads((path / MANIFEST).read_text()).get("time")
+    except (OSError, ValueError):
+        return None
+
+
+def complete_checkpoints(root: str | Path) -> list[Checkpoint]:
+    """All complete steps, oldest first (see the module docstring for the rules)."""
+    marker = read_marker(root)
+    if marker is None:
+        return []
+    return [
+        Checkpoint(step, path, _time_of(path))
+        for step, path in sorted(step_dirs(root).items())
+        if step <= marker and manifest_ok(path)
+    ]
+
+
+def latest_complete(root: str | Path) -> Checkpoint | None:
+    complete = complete_checkpoints(root)
+    return complete[-1] if complete else None
+
+
+def begin_step(root: str | Path, step: int) -> Path:
+    """A clean directory for `step`; leftovers of an earlier crashed save of the same step are removed."""
+    path = step_dir(root, step)
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir()
+    return path
+
+
+def commit_step(root: str | Path, step: int, keep: int | None = None) -> Checkpoint:
+    """Seal a fully written step: manifest, then the marker (last), then rotation of old complete steps."""
+    path = step_dir(root, step)
+    write_manifest(path, step)
+    _fsync_dir(path)
+    atomic_write_text(local_dir(root) / MARKER, f"{step}\n")
+    if keep is not None:
+        rotate(root, keep)
+    return Checkpoint(step, path, _time_of(path))
+
+
+def rotate(root: str | Path, keep: int) -> list[int]:
+    """Delete complete steps older than the newest `keep`; half-written and newer dirs are never touched."""
+    complete = complete_checkpoints(root)
+    doomed = complete[: max(0, len(complete) - max(1, keep))]
+    for ckpt in doomed:
+        shutil.rmtree(ckpt.path, ignore_errors=True)
+    return [c.step for c in doomed]

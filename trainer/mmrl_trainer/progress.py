@@ -1,0 +1,138 @@
+"""Progress reporting: every step's metrics to a JSONL file, and a rate-limited patch of the job's status.progress.
+
+The patch is a JSON merge patch on the `status` subresource of the trainer's own MultimodalRLJob, sent with the
+pod's ServiceAccount (the operator grants it exactly this, by resourceNames) or KUBECONFIG when set. The operator's
+hang detection reads `heartbeat`, so it is only sent from the training loop (a hung loop must stop beating).
+Reporting never fails training: API errors are logged and counted, and the next report simply tries again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mmrl_operator.constants import GROUP, PLURAL, VERSION
+from mmrl_trainer.checkpoint import Checkpoint
+from mmrl_trainer.config import TrainerConfig
+
+log = logging.getLogger("mmrl_trainer.progress")
+Patcher = Callable[[dict[str, Any]], None]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def kube_patcher(namespace: str, name: str, *, timeout: float = 5.0) -> Patcher:
+    """A patcher bound to one job; the client is built on first use so an absent API cannot fail start-up."""
+    api = None
+
+    def patch(body: dict[str, Any]) -> None:
+        nonlocal api
+        if api is None:
+            from kubernetes import client, config
+
+            if os.environ.get("KUBECONFIG"):
+                config.load_kube_config()
+            else:
+                config.load_incluster_config()
+            api = client.CustomObjectsApi()
+        api.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            body,
+            _content_type="application/merge-patch+json",
+            _request_timeout=timeout,
+        )
+
+    return patch
+
+
+def progress_body(
+    step: int, total_steps: int | None, reward_mean: float | None, checkpoint: Checkpoint | None, heartbeat: str
+) -> dict[str, Any]:
+    progress: dict[str, Any] = {"step": step, "totalSteps": total_steps, "heartbeat": heartbeat}
+    if reward_mean is not None:
+        progress["rewardMean"] = round(float(reward_mean), 6)
+    if checkpoint is not None:
+        progress["lastCheckpoint"] = {"step": checkpoint.step, "path": str(checkpoint.path), "time": checkpoint.time}
+    return {"status": {"progress": progress}}
+
+
+class ProgressReporter:
+    def __init__(
+        self,
+        metrics_file: str | Path | None,
+        patcher: Patcher | None,
+        *,
+        min_interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.metrics_file = Path(metrics_file) if metrics_file else None
+        self.patcher = patcher
+        self.min_interval = min_interval
+        self.clock = clock
+        self.last_patch: float | None = None
+        self.patches_sent = 0
+        self.patch_failures = 0
+        self.checkpoint: Checkpoint | None = None
+        self.reward_mean: float | None = None
+
+    @classmethod
+    def from_config(cls, cfg: TrainerConfig) -> ProgressReporter:
+        metrics = cfg.progress.metrics_file
+        if metrics is None and not cfg.checkpoint.dir.startswith("s3://"):
+            metrics = str(Path(cfg.checkpoint.dir) / "metrics.jsonl")
+        patcher = kube_patcher(cfg.job.namespace, cfg.job.name) if cfg.progress.enabled else None
+        return cls(metrics, patcher, min_interval=cfg.progress.min_interval_seconds)
+
+    def report(
+        self,
+        step: int,
+        total_steps: int | None,
+        metrics: dict[str, Any],
+        *,
+        checkpoint: Checkpoint | None = None,
+        force: bool = False,
+    ) -> bool:
+        """Record a step; returns True when a status patch was sent (and accepted)."""
+        if checkpoint is not None:
+            self.checkpoint = checkpoint
+        if metrics.get("reward") is not None:
+            self.reward_mean = float(metrics["reward"])
+        heartbeat = now_rfc3339()
+        self._append({"step": step, "totalSteps": total_steps, "time": heartbeat, **metrics})
+        if self.patcher is None:
+            return False
+        now = self.clock()
+        if not force and self.last_patch is not None and now - self.last_patch < self.min_interval:
+            return False
+        self.last_patch = now
+        body = progress_body(step, total_steps, self.reward_mean, self.checkpoint, heartbeat)
+        try:
+            self.patcher(body)
+        except Exception as err:  # reporting must never stop training
+            self.patch_failures += 1
+            log.warning("status patch failed (training continues): %s", str(err).splitlines()[0][:200])
+            return False
+        self.patches_sent += 1
+        return True
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self.metrics_file is None:
+            return
+        try:
+            self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_file, "a") as fh:
+                fh.write(json.dumps(record, default=float) + "\n")
+        except OSError as err:
+            log.warning("metrics file %s not writable: %s", self.metrics_file, err)
