@@ -96,6 +96,7 @@ def reconcile(
 ) -> Plan | None:
     """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone)."""
     started = time.perf_counter()
+    calls_before = kube.calls
     now = now or datetime.now(UTC).replace(microsecond=0)
     raw = kube.get_job(namespace, name)
     if raw is None or raw["metadata"].get("deletionTimestamp"):
@@ -119,13 +120,13 @@ def reconcile(
         metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     log.info(
-        "reconciled",
-        extra={
-            "job": f"{namespace}/{name}",
-            "phase": plan.status.get("phase"),
-            "attempt": plan.status.get("attempt"),
-            "applied": len(plan.apply),
-            "deleted": len(plan.delete),
-        },
+        "reconciled job=%s/%s phase=%s attempt=%s applied=%d deleted=%d calls=%d",
+        namespace,
+        name,
+        plan.status.get("phase"),
+        plan.status.get("attempt"),
+        len(plan.apply),
+        len(plan.delete),
+        kube.calls - calls_before,
     )
     return plan

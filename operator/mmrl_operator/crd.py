@@ -147,9 +147,9 @@ def _factory_defaults(model: type[BaseModel], schema: dict[str, Any]) -> None:
             value = field.default_factory()  # type: ignore[call-arg]
             if value in ([], {}):
                 pass  # empty collections stay absent, as Kubernetes objects usually leave them
-            elif isinstance(value, BaseModel) and value == type(value)():
-                prop["default"] = {}  # the nested schema's own defaults fill it in
             else:
+                # The full object, not {}: the apiserver checks a default against the CEL rules as written,
+                # before nested defaults apply, so {} would fail rules such as miniBatchSize <= trainBatchSize.
                 prop["default"] = TypeAdapter(field.annotation).dump_python(
                     value, by_alias=True, exclude_none=True, mode="json"
                 )

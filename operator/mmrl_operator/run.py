@@ -16,7 +16,10 @@ from mmrl_operator.workqueue import WorkQueue
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=os.environ.get("MMRL_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s")
+    kopf.configure(verbose=False)  # kopf's own log format for every logger
+    logging.getLogger().setLevel(os.environ.get("MMRL_LOG_LEVEL", "INFO"))
+    # kopf logs every successful event handler at INFO; ours are one-line enqueues, so only problems matter.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kube = Kube()
     elector = None
     if not args.standalone:
@@ -35,7 +38,6 @@ def run_operator(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port)
     namespaces = args.namespace or []
-    kopf.configure(verbose=False)
     kopf.run(
         standalone=True,  # peering is our Lease election (see docs/adr/0001-operator-design.md)
         clusterwide=not namespaces,

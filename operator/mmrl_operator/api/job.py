@@ -24,20 +24,19 @@ from mmrl_operator.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 IMMUTABLE = "is immutable after creation; create a new job instead"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
-# Rules on the object root (metadata.name is the only metadata a CRD rule may read).
+# Rules on the object root (metadata.name is the only metadata a CRD rule may read). No fieldPath: the
+# apiserver only accepts paths into the schema, and metadata is not part of it; the messages name the field.
 ROOT_RULES = cel_rules(
     cel(
         f"size(self.metadata.name) <= {MAX_JOB_NAME_LENGTH}",
         f"metadata.name must be at most {MAX_JOB_NAME_LENGTH} characters so that the RayJob name "
         "<name>-a<attempt> fits KubeRay's 47-character limit",
-        ".metadata.name",
-        "FieldValueInvalid",
+        reason="FieldValueInvalid",
     ),
     cel(
         "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
         "metadata.name must be a DNS-1035 label (start with a letter): it names the RayCluster's Services",
-        ".metadata.name",
-        "FieldValueInvalid",
+        reason="FieldValueInvalid",
     ),
 )
 

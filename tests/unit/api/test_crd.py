@@ -82,7 +82,7 @@ def test_cross_field_rules_are_in_the_crd() -> None:
 
 def test_defaults_reach_nested_objects() -> None:
     props = schema()["properties"]["spec"]["properties"]
-    assert props["lora"]["default"] == {}
+    assert props["lora"]["default"]["rank"] == 32
     assert props["lora"]["properties"]["rank"]["default"] == 32
     assert props["cluster"]["properties"]["workerGroups"]["default"][0]["name"] == "gpu"
     assert "default" not in str(schema()["properties"]["status"])

@@ -1,0 +1,26 @@
+"""Install mmrl's generated CRD into a control plane (server-side apply, as `helm`/Argo CD would) and wait for it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from mmrl_operator import crd
+
+
+def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
+    body = yaml.safe_load(crd.crd_path(Path(__file__).resolve().parents[2] / "crds").read_text())
+    crds = DynamicClient(api).resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    crds.server_side_apply(body=body, name=body["metadata"]["name"], field_manager="mmrl-tests", force_conflicts=True)
+    ext = client.ApiextensionsV1Api(api)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conds = ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []
+        if any(c.type == "Established" and c.status == "True" for c in conds):
+            return
+        time.sleep(0.1)
+    raise TimeoutError("the MultimodalRLJob CRD was not Established")

@@ -1,0 +1,40 @@
+"""Job manifests for cluster tests: the HyperPod example shrunk to what kwok nodes can host, S3 checkpoints so no
+volume has to bind (one test binds a real PV/PVC instead)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmrl_operator.jsonmerge import merge_patch
+from tests.support.corpus import example
+
+
+def cluster_job(name: str, patch: dict[str, Any] | None = None, *, workers: int = 1) -> dict[str, Any]:
+    base = example()
+    base["metadata"] = {"name": name}
+    base = merge_patch(
+        base,
+        {
+            "spec": {
+                "checkpoint": {"pvc": None, "s3": {"uri": "s3://mmrl-test/ckpt"}},
+                "dataset": {"train": "synthetic://colors", "validation": None},
+                "cluster": {
+                    "kueue": None,
+                    "head": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": None}},
+                    "workerGroups": [
+                        {
+                            "name": "p5",
+                            "replicas": workers,
+                            "instanceType": "ml.p5.48xlarge",
+                            "gpusPerNode": 8,
+                            "efaPerNode": 32,
+                            "resources": {"requests": {"cpu": "8", "memory": "32Gi"}},
+                        }
+                    ],
+                },
+                "resilience": {"backoffSeconds": 0, "maxBackoffSeconds": 0, "hangTimeoutSeconds": 0},
+                "ttlSecondsAfterFinished": None,
+            }
+        },
+    )
+    return merge_patch(base, patch or {})
