@@ -70,8 +70,9 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def read_marker(root: str | Path) -> int | None:
+    marker = local_dir(root) / MARKER
     try:
-        return int((local_dir(root) / MARKER).read_text().strip())
+        return int(marker.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
 

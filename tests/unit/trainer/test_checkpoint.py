@@ -1,0 +1,106 @@
+"""The checkpoint contract: complete only when the marker (written last, atomically) covers a sound step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mmrl_trainer import checkpoint as ckpt
+
+
+def save(root: Path, step: int, *, keep: int | None = None, payload: bytes = b"w" * 64) -> Path:
+    path = ckpt.begin_step(root, step)
+    (path / "policy").mkdir()
+    (path / "policy" / "adapter_model.safetensors").write_bytes(payload)
+    ckpt.commit_step(root, step, keep=keep)
+    return path
+
+
+def test_marker_is_written_last_and_names_the_newest_step(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    save(tmp_path, 10)
+    assert (tmp_path / ckpt.MARKER).read_text().strip() == "10"
+    latest = ckpt.latest_complete(tmp_path)
+    assert latest is not None and latest.step == 10 and latest.path == tmp_path / "global_step_10"
+    assert json.loads((latest.path / ckpt.MANIFEST).read_text())["files"] == {"policy/adapter_model.safetensors": 64}
+
+
+def test_step_newer_than_marker_is_half_written_and_ignored(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    half = ckpt.begin_step(tmp_path, 10)
+    (half / "policy").mkdir()
+    (half / "policy" / "optimizer.pt").write_bytes(b"partial")
+    latest = ckpt.latest_complete(tmp_path)
+    assert latest is not None and latest.step == 5
+
+
+def test_step_sealed_but_marker_not_yet_advanced_is_ignored(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    path = ckpt.begin_step(tmp_path, 10)
+    ckpt.write_manifest(path, 10)  # crash between manifest and marker
+    assert ckpt.latest_complete(tmp_path).step == 5
+
+
+def test_marker_pointing_at_damaged_step_falls_back_to_older_complete(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    newest = save(tmp_path, 10)
+    (newest / "policy" / "adapter_model.safetensors").write_bytes(b"truncated")
+    assert ckpt.latest_complete(tmp_path).step == 5
+    (newest / "policy" / "adapter_model.safetensors").unlink()
+    assert ckpt.latest_complete(tmp_path).step == 5
+
+
+def test_marker_pointing_at_missing_step_falls_back(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    save(tmp_path, 10)
+    import shutil
+
+    shutil.rmtree(tmp_path / "global_step_10")
+    assert ckpt.latest_complete(tmp_path).step == 5
+
+
+def test_no_marker_means_nothing_is_complete(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    (tmp_path / ckpt.MARKER).unlink()
+    assert ckpt.latest_complete(tmp_path) is None
+    assert ckpt.latest_complete(tmp_path / "missing") is None
+
+
+def test_skyrl_steps_without_manifest_are_complete_up_to_the_marker(tmp_path: Path) -> None:
+    for step in (5, 10, 15):
+        (tmp_path / f"global_step_{step}" / "policy").mkdir(parents=True)
+        (tmp_path / f"global_step_{step}" / "trainer_state.pt").write_bytes(b"s")
+    (tmp_path / ckpt.MARKER).write_text("10\n")
+    assert [c.step for c in ckpt.complete_checkpoints(tmp_path)] == [5, 10]
+
+
+def test_rotation_keeps_the_newest_k_complete_and_never_touches_half_written(tmp_path: Path) -> None:
+    for step in (2, 4, 6):
+        save(tmp_path, step)
+    half = ckpt.begin_step(tmp_path, 8)
+    save(tmp_path, 7, keep=2)
+    assert sorted(ckpt.step_dirs(tmp_path)) == [6, 7, 8]
+    assert half.exists()
+    assert [c.step for c in ckpt.complete_checkpoints(tmp_path)] == [6, 7]
+
+
+def test_resaving_a_step_replaces_leftovers_of_a_crashed_save(tmp_path: Path) -> None:
+    stale = ckpt.begin_step(tmp_path, 3)
+    (stale / "junk.bin").write_bytes(b"x")
+    path = save(tmp_path, 3)
+    assert not (path / "junk.bin").exists()
+    assert ckpt.latest_complete(tmp_path).step == 3
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    ckpt.atomic_write_text(tmp_path / ckpt.MARKER, "1\n")
+    ckpt.atomic_write_text(tmp_path / ckpt.MARKER, "2\n")
+    assert [p.name for p in tmp_path.iterdir()] == [ckpt.MARKER]
+    assert ckpt.read_marker(tmp_path) == 2
+
+
+def test_s3_roots_are_refused_by_the_local_contract_with_a_clear_message() -> None:
+    with pytest.raises(ValueError, match=r"s3://.*backend=skyrl"):
+        ckpt.latest_complete("s3://bucket/ckpt")

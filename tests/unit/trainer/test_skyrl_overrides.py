@@ -1,0 +1,135 @@
+"""TrainerConfig → SkyRL overrides for the reference job (examples/job.yaml), checked against SkyRL's keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mmrl_operator.api import MultimodalRLJob
+from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_trainer.backends.skyrl import skyrl_overrides, to_cli
+from tests.support.corpus import example
+
+TRAIN, VAL = ["/fsx/job/data/train.parquet"], ["/fsx/job/data/validation.parquet"]
+
+
+def reference_overrides() -> tuple[dict, object]:
+    job = MultimodalRLJob.model_validate(example("job.yaml"))
+    cfg = build_trainer_config(job)
+    return skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL), cfg
+
+
+def test_reference_recipe_maps_to_skyrl_grpo_lora_numbers() -> None:
+    o, _ = reference_overrides()
+    assert o["trainer.algorithm.advantage_estimator"] == "grpo"
+    assert o["trainer.policy.model.path"] == "Qwen/Qwen3-VL-8B-Instruct"
+    assert (o["trainer.policy.model.lora.rank"], o["trainer.policy.model.lora.alpha"]) == (32, 32)
+    assert o["trainer.policy.model.lora.target_modules"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
+    assert o["trainer.policy.optimizer_config.lr"] == 3e-5
+    assert (o["trainer.algorithm.use_kl_loss"], o["trainer.algorithm.kl_loss_coef"]) == (False, 0.0)
+    assert (o["trainer.algorithm.eps_clip_low"], o["trainer.algorithm.eps_clip_high"]) == (0.2, 0.2)
+    assert o["generator.n_samples_per_prompt"] == 4
+    assert (o["trainer.train_batch_size"], o["trainer.policy_mini_batch_size"]) == (128, 64)
+    assert o["trainer.micro_train_batch_size_per_gpu"] == 1
+    assert (o["trainer.max_prompt_length"], o["generator.sampling_params.max_generate_length"]) == (1024, 2048)
+    assert o["trainer.epochs"] == 20 and "trainer.max_training_steps" not in o
+
+
+def test_vlm_flags_and_placement_from_the_worker_groups() -> None:
+    o, _ = reference_overrides()
+    assert o["generator.vision_language_generator"] is True
+    assert o["trainer.remove_microbatch_padding"] is False
+    assert o["generator.batched"] is False
+    assert o["trainer.strategy"] == "fsdp"
+    assert o["trainer.placement.colocate_all"] is True
+    assert (o["trainer.placement.policy_num_nodes"], o["trainer.placement.policy_num_gpus_per_node"]) == (1, 8)
+    assert o["generator.inference_engine.num_engines"] == 8
+    assert o["generator.inference_engine.backend"] == "vllm"
+    assert o["environment.env_class"] == "mmrl_reward"
+    assert o["data.train_data"] == "[/fsx/job/data/train.parquet]"
+
+
+def test_checkpoint_and_resume_follow_the_job_dir() -> None:
+    o, cfg = reference_overrides()
+    assert o["trainer.ckpt_path"] == cfg.checkpoint.dir
+    assert o["trainer.ckpt_path"].startswith("/fsx/")
+    assert o["trainer.ckpt_interval"] == 5
+    assert o["trainer.max_ckpts_to_keep"] == cfg.checkpoint.keep
+    assert o["trainer.resume_mode"] == "latest"
+    assert o["trainer.export_path"] == f"{cfg.checkpoint.dir}/exports"
+
+
+def test_no_resume_and_max_steps_and_kl() -> None:
+    _, cfg = reference_overrides()
+    cfg = cfg.model_copy(
+        update={
+            "resume": "none",
+            "algorithm": cfg.algorithm.model_copy(update={"max_steps": 7, "kl_coef": 0.01}),
+        }
+    )
+    o = skyrl_overrides(cfg, train_files=TRAIN, val_files=[])
+    assert o["trainer.resume_mode"] == "none"
+    assert o["trainer.max_training_steps"] == 7
+    assert (o["trainer.algorithm.use_kl_loss"], o["trainer.algorithm.kl_loss_coef"]) == (True, 0.01)
+    assert (o["trainer.eval_interval"], o["trainer.eval_before_train"]) == (-1, False)
+
+
+def test_cli_form_lowercases_booleans() -> None:
+    cli = to_cli({"a.b": True, "c": None, "d": 3e-5})
+    assert cli == ["a.b=true", "c=null", "d=3e-05"]
+
+
+# SkyRL needs Python 3.12 and its own pins; when a venv with it exists (MMRL_SKYRL_PYTHON, or the throwaway one at
+# ~/.cache/mmrl/skyrl-venv), its own config class parses our overrides and rejects unknown keys.
+_SKYRL_PY = Path(os.environ.get("MMRL_SKYRL_PYTHON", Path.home() / ".cache/mmrl/skyrl-venv/bin/python"))
+_VALIDATE = r"""
+import json, sys, typing
+if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
+    import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
+from skyrl.train.config import SkyRLTrainConfig
+c = SkyRLTrainConfig.from_cli_overrides(json.load(sys.stdin))
+print(json.dumps({
+    "lora_rank": c.trainer.policy.model.lora.rank,
+    "targets": list(c.trainer.policy.model.lora.target_modules),
+    "n": c.generator.n_samples_per_prompt,
+    "vlm": c.generator.vision_language_generator,
+    "resume": c.trainer.resume_mode if isinstance(c.trainer.resume_mode, str) else c.trainer.resume_mode.value,
+    "engines": c.generator.inference_engine.num_engines,
+    "train": list(c.data.train_data),
+    "lr": c.trainer.policy.optimizer_config.lr,
+}))
+"""
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_skyrl_own_config_class_accepts_the_overrides() -> None:
+    o, _ = reference_overrides()
+    run = subprocess.run(
+        [str(_SKYRL_PY), "-c", _VALIDATE], input=json.dumps(to_cli(o)), capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got == {
+        "lora_rank": 32,
+        "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "n": 4,
+        "vlm": True,
+        "resume": "latest",
+        "engines": 8,
+        "train": TRAIN,
+        "lr": 3e-5,
+    }
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_skyrl_rejects_a_misspelt_key_so_the_validation_is_real() -> None:
+    o, _ = reference_overrides()
+    bad = [*to_cli(o), "trainer.policy.model.lora.rnak=8"]
+    run = subprocess.run(
+        [str(_SKYRL_PY), "-c", _VALIDATE], input=json.dumps(bad), capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode != 0

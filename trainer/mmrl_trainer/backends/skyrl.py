@@ -1,0 +1,169 @@
+"""The SkyRL backend: TrainerConfig → SkyRL dotted overrides (pure), our rewards as a skyrl-gym env, then run.
+
+`skyrl_overrides` is a pure function of the config and the materialised parquet paths, so the mapping is
+unit-tested without SkyRL; where SkyRL is importable, tests also feed it to `SkyRLTrainConfig.from_cli_overrides`,
+which rejects unknown keys. `run` needs the trainer image (SkyRL, Ray, vLLM, GPUs): it converts the dataset to
+SkyRL's VLM rows, registers the `mmrl_reward` environment inside the `@ray.remote` entry (env creation happens in
+that process) and runs `BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and resume are SkyRL's
+own; afterwards the final LoRA adapter is copied to `export_dir` and checked for vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.config import TrainerConfig
+from mmrl_trainer.data import SKYRL_ENV_CLASS
+
+ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
+
+
+def _list(values: list[str]) -> str:
+    # OmegaConf CLI syntax for a list of strings.
+    return "[" + ",".join(values) + "]"
+
+
+def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
+    """The dotted SkyRL overrides for one attempt of this job (keys as documented by SkyRL's config)."""
+    algo, lora, place = cfg.algorithm, cfg.lora, cfg.placement
+    gpus = place.num_nodes * max(1, place.gpus_per_node)
+    model = cfg.model.name.removeprefix("hf://")
+    out: dict[str, Any] = {
+        "trainer.algorithm.advantage_estimator": "grpo",
+        "trainer.algorithm.use_kl_loss": algo.kl_coef > 0,
+        "trainer.algorithm.kl_loss_coef": algo.kl_coef,
+        "trainer.algorithm.eps_clip_low": algo.clip_eps_low,
+        "trainer.algorithm.eps_clip_high": algo.clip_eps_high,
+        "trainer.algorithm.loss_reduction": "token_mean",
+        "trainer.policy.model.path": model,
+        "trainer.ref.model.path": model,
+        "trainer.policy.model.lora.rank": lora.rank,
+        "trainer.policy.model.lora.alpha": lora.alpha,
+        "trainer.policy.model.lora.dropout": lora.dropout,
+        "trainer.policy.model.lora.target_modules": _list(lora.target_modules),
+        "trainer.policy.optimizer_config.lr": algo.learning_rate,
+        "trainer.train_batch_size": algo.train_batch_size,
+        "trainer.policy_mini_batch_size": algo.mini_batch_size,
+        "trainer.micro_train_batch_size_per_gpu": algo.micro_batch_size_per_gpu,
+        "trainer.micro_forward_batch_size_per_gpu": algo.micro_batch_size_per_gpu,
+        "trainer.epochs": algo.epochs,
+        "trainer.max_prompt_length": algo.max_prompt_length,
+        "generator.n_samples_per_prompt": algo.samples_per_prompt,
+        "generator.sampling_params.max_generate_length": algo.max_response_length,
+        "generator.sampling_params.temperature": algo.temperature,
+        "trainer.strategy": "fsdp",
+        "trainer.placement.colocate_all": True,
+        "trainer.placement.policy_num_nodes": place.num_nodes,
+        "trainer.placement.policy_num_gpus_per_node": max(1, place.gpus_per_node),
+        "trainer.placement.ref_num_nodes": place.num_nodes,
+        "trainer.placement.ref_num_gpus_per_node": max(1, place.gpus_per_node),
+        # One vLLM engine per GPU: an 8B model fits one GPU, and more engines means more rollout throughput.
+        "generator.inference_engine.backend": "vllm",
+        "generator.inference_engine.num_engines": gpus,
+        "generator.inference_engine.tensor_parallel_size": 1,
+        # SkyRL's VLM mode: images travel as image_url parts; padding-free microbatches and batched
+        # generation are not supported for multimodal inputs.
+        "generator.vision_language_generator": True,
+        "trainer.remove_microbatch_padding": False,
+        "generator.batched": False,
+        "environment.env_class": SKYRL_ENV_CLASS,
+        "data.train_data": _list(train_files),
+        "data.val_data": _list(val_files),
+        "trainer.eval_interval": cfg.checkpoint.interval_steps if val_files else -1,
+        "trainer.eval_before_train": bool(val_files),
+        "trainer.ckpt_path": cfg.checkpoint.dir,
+        "trainer.ckpt_interval": cfg.checkpoint.interval_steps,
+        "trainer.max_ckpts_to_keep": cfg.checkpoint.keep,
+        "trainer.resume_mode": "latest" if cfg.resume == "latest" else "none",
+        "trainer.export_path": f"{cfg.checkpoint.dir.rstrip('/')}/exports",
+        "trainer.hf_save_interval": -1,
+        "trainer.seed": cfg.seed,
+        "trainer.logger": "console",
+        "trainer.project_name": "mmrl",
+        "trainer.run_name": f"{cfg.job.namespace}-{cfg.job.name}",
+    }
+    if algo.max_steps is not None:
+        out["trainer.max_training_steps"] = algo.max_steps
+    return out
+
+
+def to_cli(overrides: dict[str, Any]) -> list[str]:
+    """`key=value` strings as SkyRL's CLI takes them (booleans lower-case, None as null)."""
+
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, bool):
+            return str(v).lower()
+        return str(v)
+
+    return [f"{k}={fmt(v)}" for k, v in overrides.items()]
+
+
+def materialise_data(cfg: TrainerConfig, data_dir: Path) -> tuple[list[str], list[str]]:
+    """Write SkyRL VLM parquet files for train/validation; returns their paths."""
+    from mmrl_trainer.data import load_examples, to_skyrl_rows, write_parquet
+
+    train = write_parquet(
+        to_skyrl_rows(load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), data_source=cfg.dataset.train),
+        data_dir / "train.parquet",
+    )
+    val: list[str] = []
+    if cfg.dataset.validation:
+        rows = to_skyrl_rows(
+            load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1), data_source=cfg.dataset.validation
+        )
+        val = [str(write_parquet(rows, data_dir / "validation.parquet"))]
+    return [str(train)], val
+
+
+def export_final_adapter(cfg: TrainerConfig) -> Path | None:
+    """Copy the newest complete step's LoRA adapter to export_dir (local/mounted checkpoint dirs only)."""
+    from mmrl_trainer.adapter import check_vllm_compatible
+
+    if cfg.checkpoint.dir.startswith("s3://"):
+        return None  # SkyRL wrote it to S3; the operator checks the adapter where it lies
+    latest = ckpt.latest_complete(cfg.checkpoint.dir)
+    if latest is None:
+        raise RuntimeError(f"no complete checkpoint under {cfg.checkpoint.dir} to export the adapter from")
+    found = sorted(latest.path.rglob("adapter_config.json"))
+    if not found:
+        raise RuntimeError(f"{latest.path} has no LoRA adapter (adapter_config.json)")
+    target = Path(cfg.export_dir)
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(found[0].parent, target)
+    check_vllm_compatible(target)
+    return target
+
+
+def run(cfg: TrainerConfig) -> Path | None:  # pragma: no cover - needs the GPU trainer image
+    import ray
+    from skyrl.train.config import SkyRLTrainConfig
+    from skyrl.train.entrypoints.main_base import BasePPOExp
+    from skyrl.train.utils import validate_cfg
+    from skyrl.train.utils.utils import initialize_ray
+
+    data_dir = Path("/tmp/mmrl-data") if cfg.checkpoint.dir.startswith("s3://") else Path(cfg.checkpoint.dir) / "data"
+    train_files, val_files = materialise_data(cfg, data_dir)
+    skyrl_cfg = SkyRLTrainConfig.from_cli_overrides(
+        to_cli(skyrl_overrides(cfg, train_files=train_files, val_files=val_files))
+    )
+    validate_cfg(skyrl_cfg)
+    reward = json.loads(cfg.dataset.reward.model_dump_json(by_alias=False))
+
+    @ray.remote(num_cpus=1)
+    def entry(skyrl_cfg) -> None:
+        # Registration must happen in the process that builds the generator and its environments.
+        import skyrl_gym
+
+        skyrl_gym.envs.register(id=SKYRL_ENV_CLASS, entry_point=ENV_ENTRY_POINT, kwargs={"reward": reward})
+        BasePPOExp(skyrl_cfg).run()
+
+    initialize_ray(skyrl_cfg)
+    ray.get(entry.remote(skyrl_cfg))
+    return export_final_adapter(cfg)
