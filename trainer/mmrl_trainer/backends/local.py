@@ -150,7 +150,7 @@ def configure_threads() -> None:
 def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
     import datasets
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
     from trl import GRPOConfig, GRPOTrainer
 
     from mmrl_trainer.adapter import export_adapter
@@ -170,6 +170,8 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
 
     processor = AutoProcessor.from_pretrained(model_path, revision=cfg.model.revision)
     model = AutoModelForImageTextToText.from_pretrained(model_path, revision=cfg.model.revision, dtype=torch.float32)
+    # Seed before peft wraps the model so the LoRA init, and hence the whole run, depends only on cfg.seed.
+    set_seed(cfg.seed)
     staging = root / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed attempt; never a committed checkpoint
     args = GRPOConfig(**grpo_kwargs(cfg, str(staging), use_cpu=not torch.cuda.is_available()))
