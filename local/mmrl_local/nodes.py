@@ -1,0 +1,198 @@
+"""Fake SageMaker HyperPod nodes (run by kwok) and the things HyperPod does to them: health-status labels and
+the NoSchedule taint, a kubelet going NotReady, reboot, deletion, and replacement by a new instance with a
+new name in the same instance group. Every helper takes a ``kubernetes.client.CoreV1Api``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from mmrl_local import hyperpod as hp
+
+DEFAULT_CLUSTER = "mmrl-local"
+GPU_INSTANCE_TYPE = "ml.p5.48xlarge"
+CPU_INSTANCE_TYPE = "ml.m5.12xlarge"
+GPU_CAPACITY = {"cpu": "192", "memory": "2Ti", "pods": "110", hp.GPU: "8", hp.EFA: "32", "ephemeral-storage": "3Ti"}
+CPU_CAPACITY = {"cpu": "48", "memory": "192Gi", "pods": "110", "ephemeral-storage": "500Gi"}
+
+
+def new_node_name() -> str:
+    """A HyperPod-style node name: ``hyperpod-i-`` + an EC2 instance id (17 hex digits)."""
+    return f"hyperpod-i-{secrets.token_hex(9)[:17]}"
+
+
+def node_body(
+    name: str,
+    *,
+    instance_group: str,
+    instance_type: str,
+    capacity: dict[str, str],
+    cluster: str = DEFAULT_CLUSTER,
+    labels: dict[str, str] | None = None,
+) -> dict:
+    all_labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        hp.INSTANCE_TYPE: instance_type,
+        hp.NODE_HEALTH_STATUS: hp.NodeHealth.SCHEDULABLE.value,
+        hp.INSTANCE_GROUP_NAME: instance_group,
+        hp.CLUSTER_NAME: cluster,
+        **(labels or {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": all_labels,
+            "annotations": {hp.KWOK_NODE_ANNOTATION: hp.KWOK_NODE_VALUE},
+        },
+        "spec": {},
+        # Status survives node creation; kwok's initialize stage keeps capacity/allocatable as given.
+        "status": {"capacity": dict(capacity), "allocatable": dict(capacity)},
+    }
+
+
+def create_gpu_nodes(
+    api: client.CoreV1Api,
+    count: int,
+    *,
+    instance_group: str = "gpu-workers",
+    cluster: str = DEFAULT_CLUSTER,
+    wait: bool = True,
+) -> list[str]:
+    """Join ``count`` ml.p5.48xlarge nodes (8 GPUs, 32 EFA) to ``instance_group``; returns their names."""
+    names = [new_node_name() for _ in range(count)]
+    for name in names:
+        api.create_node(
+            node_body(
+                name,
+                instance_group=instance_group,
+                instance_type=GPU_INSTANCE_TYPE,
+                capacity=GPU_CAPACITY,
+                cluster=cluster,
+            )
+        )
+    if wait:
+        for name in names:
+            wait_ready(api, name)
+    return names
+
+
+def create_cpu_node(
+    api: client.CoreV1Api, *, instance_group: str = "controller", cluster: str = DEFAULT_CLUSTER, wait: bool = True
+) -> str:
+    """Join one CPU node (for Ray heads); returns its name."""
+    name = new_node_name()
+    api.create_node(
+        node_body(
+            name, instance_group=instance_group, instance_type=CPU_INSTANCE_TYPE, capacity=CPU_CAPACITY, cluster=cluster
+        )
+    )
+    if wait:
+        wait_ready(api, name)
+    return name
+
+
+def is_ready(node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def wait_ready(api: client.CoreV1Api, name: str, *, ready: bool = True, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(ApiException):
+            if is_ready(api.read_node(name)) == ready:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"node {name} did not become {'Ready' if ready else 'NotReady'} in {timeout}s")
+        time.sleep(0.2)
+
+
+def set_health(api: client.CoreV1Api, name: str, status: hp.NodeHealth | str) -> None:
+    """Set the health label as HyperPod does: any status but Schedulable also carries the NoSchedule taint."""
+    status = hp.NodeHealth(status)
+    node = api.read_node(name)
+    taints = [t for t in (node.spec.taints or []) if t.key != hp.NODE_HEALTH_STATUS]
+    body_taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]
+    if status is not hp.NodeHealth.SCHEDULABLE:
+        body_taints.append(dict(hp.UNHEALTHY_TAINT))
+    # A merge patch replaces the whole taint list, so untouched taints are written back explicitly.
+    api.patch_node(
+        name, {"metadata": {"labels": {hp.NODE_HEALTH_STATUS: status.value}}, "spec": {"taints": body_taints or None}}
+    )
+
+
+def set_not_ready(api: client.CoreV1Api, name: str, reason: str = "KubeletNotReady", *, wait: bool = True) -> None:
+    """Make the node's (fake) kubelet report Ready=False (kwok stage node-not-ready)."""
+    api.patch_node(name, {"metadata": {"annotations": {hp.NOT_READY_ANNOTATION: reason}}})
+    if wait:
+        wait_ready(api, name, ready=False)
+
+
+def set_ready(api: client.CoreV1Api, name: str, *, wait: bool = True) -> None:
+    api.patch_node(name, {"metadata": {"annotations": {hp.NOT_READY_ANNOTATION: None}}})
+    if wait:
+        wait_ready(api, name)
+
+
+def pods_on(api: client.CoreV1Api, name: str) -> list:
+    return api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+
+
+def delete_node(api: client.CoreV1Api, name: str, *, delete_pods: bool = True) -> None:
+    """Remove the node. With ``delete_pods`` its pods are force-deleted at once, which is what the pod garbage
+    collector does on a real cluster after its 40 s quarantine (too slow for tests)."""
+    with contextlib.suppress(ApiException):
+        api.delete_node(name)
+    if delete_pods:
+        for pod in pods_on(api, name):
+            with contextlib.suppress(ApiException):
+                api.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+
+
+def reboot_node(api: client.CoreV1Api, name: str, *, down_for: float = 1.0) -> None:
+    """HyperPod reboot: PendingReboot + taint, NotReady for a while, then Ready and Schedulable, same name."""
+    set_health(api, name, hp.NodeHealth.PENDING_REBOOT)
+    set_not_ready(api, name, reason="Rebooting")
+    time.sleep(down_for)
+    set_ready(api, name)
+    set_health(api, name, hp.NodeHealth.SCHEDULABLE)
+
+
+def replace_node(api: client.CoreV1Api, name: str, *, wait: bool = True) -> str:
+    """HyperPod replacement: the node is marked PendingReplacement (+ taint), goes NotReady, disappears with
+    its pods, and a new instance with a different name joins the same instance group. Returns the new name."""
+    old = api.read_node(name)
+    labels = old.metadata.labels or {}
+    capacity = {k: str(v) for k, v in (old.status.capacity or {}).items()}
+    set_health(api, name, hp.NodeHealth.PENDING_REPLACEMENT)
+    set_not_ready(api, name, reason="NodeReplacement", wait=wait)
+    delete_node(api, name)
+    new_name = new_node_name()
+    carried = {k: v for k, v in labels.items() if k not in {"kubernetes.io/hostname", hp.NODE_HEALTH_STATUS}}
+    api.create_node(
+        node_body(
+            new_name,
+            instance_group=labels[hp.INSTANCE_GROUP_NAME],
+            instance_type=labels[hp.INSTANCE_TYPE],
+            capacity=capacity,
+            cluster=labels.get(hp.CLUSTER_NAME, DEFAULT_CLUSTER),
+            labels=carried,
+        )
+    )
+    if wait:
+        wait_ready(api, new_name)
+    return new_name
+
+
+def delete_all_nodes(api: client.CoreV1Api) -> None:
+    for node in api.list_node().items:
+        delete_node(api, node.metadata.name)

@@ -1,0 +1,163 @@
+"""RayJob side of the KubeRay stand-in: the outcome script language, the status objects KubeRay v1.5 writes at
+each jobDeploymentStatus transition, and ``EntrypointRun``, which really executes a RayJob's entrypoint as a
+local subprocess (run mode).
+
+Script (annotation ``mmrl-local.dev/script`` on the RayJob, or ``KubeRayStandIn.script(...)``): comma-separated
+directives, e.g. ``"succeed-after=2"``, ``"fail-after=1"``, ``"succeed-after=30,fail-on-node-loss"``,
+``"hang"`` (stays RUNNING), ``"run"`` (execute ``spec.entrypoint``; its exit code decides).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mmrl_local import procs
+
+
+class ScriptError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Script:
+    """How a RayJob ends. ``outcome`` is "succeed", "fail", "hang" or "run"."""
+
+    outcome: str = "succeed"
+    after: float = 1.0
+    fail_on_node_loss: bool = False
+    message: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Script:
+        outcome, after, node_loss, message = "succeed", 1.0, False, ""
+        for raw in text.split(","):
+            item = raw.strip()
+            key, _, value = item.partition("=")
+            if not item:
+                continue
+            if key in ("succeed-after", "fail-after"):
+                try:
+                    after = float(value)
+                except ValueError as err:
+                    raise ScriptError(f"{item!r}: expected seconds, e.g. {key}=2") from err
+                outcome = key.split("-")[0]
+            elif key in ("hang", "run") and not value:
+                outcome = key
+            elif key == "fail-on-node-loss" and not value:
+                node_loss = True
+            elif key == "message":
+                message = value
+            else:
+                raise ScriptError(
+                    f"unknown directive {item!r}; use succeed-after=S, fail-after=S, hang, run, "
+                    "fail-on-node-loss, message=TEXT"
+                )
+        # A job that really runs on the cluster's pods dies with them.
+        return cls(outcome, after, node_loss or outcome == "run", message)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if value else None
+
+
+def validation_error(job: dict) -> str | None:
+    spec = job.get("spec") or {}
+    has_spec, has_selector = bool(spec.get("rayClusterSpec")), bool(spec.get("clusterSelector"))
+    if has_spec == has_selector:
+        return "exactly one of spec.rayClusterSpec and spec.clusterSelector must be set"
+    if has_selector and "ray.io/cluster" not in spec["clusterSelector"]:
+        return "spec.clusterSelector must contain the key ray.io/cluster"
+    if not spec.get("entrypoint") and spec.get("submissionMode", "K8sJobMode") != "InteractiveMode":
+        return "spec.entrypoint is required"
+    return None
+
+
+def initializing(job: dict, cluster_name: str) -> dict:
+    spec = job.get("spec") or {}
+    ns = job["metadata"]["namespace"]
+    return {
+        "jobDeploymentStatus": "Initializing",
+        "jobStatus": "",
+        "jobId": spec.get("jobId") or f"{job['metadata']['name']}-{secrets.token_hex(3)[:5]}",
+        "rayClusterName": cluster_name,
+        "dashboardURL": f"{cluster_name}-head-svc.{ns}.svc.cluster.local:8265",
+        "startTime": now_iso(),
+        "observedGeneration": job["metadata"].get("generation"),
+    }
+
+
+def running() -> dict:
+    return {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "message": "Job is currently running."}
+
+
+def finished(succeeded: bool, reason: str = "AppFailed", message: str = "") -> dict:
+    if succeeded:
+        return {
+            "jobDeploymentStatus": "Complete",
+            "jobStatus": "SUCCEEDED",
+            "endTime": now_iso(),
+            "succeeded": 1,
+            "failed": 0,
+            "message": message or "Job finished successfully.",
+        }
+    return {
+        "jobDeploymentStatus": "Failed",
+        "jobStatus": "FAILED",
+        "endTime": now_iso(),
+        "succeeded": 0,
+        "failed": 1,
+        "reason": reason,
+        "message": message or "Job failed.",
+    }
+
+
+def validation_failed(message: str) -> dict:
+    return {"jobDeploymentStatus": "ValidationFailed", "reason": "ValidationFailed", "message": message}
+
+
+def is_terminal(status: dict) -> bool:
+    return status.get("jobDeploymentStatus") in ("Complete", "Failed", "ValidationFailed")
+
+
+def container_env(template: dict) -> dict[str, str]:
+    """Literal env values of the head pod template's first container (valueFrom cannot be resolved here)."""
+    containers = ((template or {}).get("spec") or {}).get("containers") or [{}]
+    return {e["name"]: str(e["value"]) for e in containers[0].get("env") or [] if "value" in e}
+
+
+class EntrypointRun:
+    """``spec.entrypoint`` executing on this machine as ``bash -c``, logs streamed to a file."""
+
+    def __init__(self, job: dict, env: dict[str, str], log_dir: Path, kubeconfig: Path | None) -> None:
+        meta = job["metadata"]
+        self.log = log_dir / f"{meta['namespace']}_{meta['name']}.log"
+        full_env = {
+            **os.environ,
+            **env,
+            "MMRL_LOCAL_RAYJOB": f"{meta['namespace']}/{meta['name']}",
+            "RAY_JOB_ID": (job.get("status") or {}).get("jobId", ""),
+        }
+        if kubeconfig is not None:
+            # The trainer reports progress to the API server like it would in-cluster.
+            full_env["KUBECONFIG"] = str(kubeconfig)
+        self.proc: subprocess.Popen = procs.spawn(["bash", "-c", job["spec"]["entrypoint"]], self.log, env=full_env)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        procs.stop(self.proc, timeout=3.0)
+
+    def failure_message(self) -> str:
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-5:] if self.log.exists() else []
+        lines = "\n".join(tail)
+        return f"entrypoint exited with code {self.proc.returncode}; log {self.log}:\n{lines}"
