@@ -1,0 +1,140 @@
+"""Fixtures for tests against the real local control plane (``mmrl_local``): one control plane per test
+session, a fresh namespace per test, fake HyperPod nodes that are removed after each test, and a KubeRay
+stand-in watching only the test's namespace. Test modules here set ``pytestmark = pytest.mark.cluster``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from mmrl_local import build, nodes
+from mmrl_local import hyperpod as hp
+from mmrl_local.controlplane import ControlPlane
+from mmrl_local.kuberay_standin import KubeRayStandIn
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + controller-manager + scheduler + kwok, KubeRay CRDs installed."""
+    cp = ControlPlane(binaries=build.build())
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> client.ApiClient:
+    return control_plane.api_client()
+
+
+@pytest.fixture(scope="session")
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def namespace(core: client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace named after the test; deleted (without waiting) afterwards."""
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{base}-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mmrl-local.dev/test": "true"}}})
+    # ServiceAccount admission rejects pods until the controller-manager created "default".
+    deadline = time.monotonic() + 30
+    while not core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+        assert time.monotonic() < deadline, "no default ServiceAccount in the test namespace"
+        time.sleep(0.1)
+    yield name
+    core.delete_namespace(name)
+
+
+class HyperPodNodes:
+    """Fake HyperPod nodes for one test; all of them (and their replacements) are deleted at teardown."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self.core = core
+        self.names: list[str] = []
+
+    def gpu(self, count: int = 1, instance_group: str = "gpu-workers") -> list[str]:
+        names = nodes.create_gpu_nodes(self.core, count, instance_group=instance_group)
+        self.names += names
+        return names
+
+    def cpu(self, instance_group: str = "controller") -> str:
+        name = nodes.create_cpu_node(self.core, instance_group=instance_group)
+        self.names.append(name)
+        return name
+
+    def set_health(self, name: str, status: hp.NodeHealth | str) -> None:
+        nodes.set_health(self.core, name, status)
+
+    def set_not_ready(self, name: str) -> None:
+        nodes.set_not_ready(self.core, name)
+
+    def delete(self, name: str) -> None:
+        nodes.delete_node(self.core, name)
+
+    def replace(self, name: str) -> str:
+        new = nodes.replace_node(self.core, name)
+        self.names.append(new)
+        return new
+
+    def cleanup(self) -> None:
+        for name in self.names:
+            nodes.delete_node(self.core, name)
+
+
+@pytest.fixture
+def hyperpod_nodes(core: client.CoreV1Api) -> Iterator[HyperPodNodes]:
+    helper = HyperPodNodes(core)
+    yield helper
+    helper.cleanup()
+
+
+@pytest.fixture
+def kuberay(
+    api_client: client.ApiClient, namespace: str, tmp_path: Path, control_plane: ControlPlane
+) -> Iterator[KubeRayStandIn]:
+    """The KubeRay stand-in in scripted mode, limited to this test's namespace. ``kuberay.script(name, ...)``
+    decides how RayJobs end; RayJob logs of run-mode jobs go to ``tmp_path / "rayjobs"``."""
+    standin = KubeRayStandIn(
+        api_client,
+        namespaces={namespace},
+        log_dir=tmp_path / "rayjobs",
+        kubeconfig=control_plane.kubeconfig,
+        resync=0.3,
+    )
+    standin.start()
+    yield standin
+    standin.stop()
+    assert not standin.errors, f"the stand-in's reconcile loop failed: {standin.errors}"
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; return that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def wait():
+    return wait_for
