@@ -1,0 +1,114 @@
+"""Killing training after a checkpoint and restarting resumes at the next step with identical state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.backends import local
+from tests.trainer.conftest import make_config
+
+pytestmark = pytest.mark.trainer
+STEPS, INTERVAL = 6, 2
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lora_weights(step_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(step_dir / "policy" / "adapter_model.safetensors")
+
+
+def optimizer_state(step_dir: Path) -> dict:
+    import torch
+
+    return torch.load(step_dir / "policy" / "optimizer.pt", weights_only=False)["state"]
+
+
+def assert_same_tensors(a: dict, b: dict) -> None:
+    import torch
+
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], dict):
+            assert_same_tensors(a[k], b[k])
+        else:
+            assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k
+
+
+def train_until_killed(cfg_file: Path, job_dir: Path, timeout: float = 240) -> int:
+    """Run the real entrypoint in a subprocess and SIGKILL it as soon as the first checkpoint is committed."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmrl_trainer", "--config", str(cfg_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ckpt.read_marker(job_dir) is not None:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the trainer finished or failed before it could be killed"
+    marker = ckpt.read_marker(job_dir)
+    assert marker is not None and marker < STEPS
+    return marker
+
+
+def test_kill_after_checkpoint_then_resume_continues_with_identical_state(tiny_model: Path, tmp_path: Path) -> None:
+    reference = make_config(tmp_path / "straight", tiny_model, maxSteps=STEPS, interval=INTERVAL)
+    straight = local.run(reference, evaluate=False)
+    assert straight.final_step == STEPS and straight.resumed_from is None
+
+    job_dir = tmp_path / "killed"
+    cfg = make_config(job_dir, tiny_model, maxSteps=STEPS, interval=INTERVAL)
+    cfg_file = tmp_path / "trainer.json"
+    cfg_file.write_text(cfg.to_json())
+    killed_at = train_until_killed(cfg_file, job_dir)
+
+    resumed = local.run(cfg, evaluate=False)
+    assert resumed.resumed_from == killed_at
+    assert resumed.final_step == STEPS
+
+    # The restarted attempt logged steps killed_at+1 .. STEPS, continuing the step count.
+    records = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    trained = [r["step"] for r in records if "reward" in r]
+    assert trained[-(STEPS - killed_at) :] == list(range(killed_at + 1, STEPS + 1))
+
+    # Identical state: LoRA weights and optimizer moments at the final step match the uninterrupted run bit for bit.
+    a, b = ckpt.step_dir(tmp_path / "straight", STEPS), ckpt.step_dir(job_dir, STEPS)
+    assert_same_tensors(lora_weights(a), lora_weights(b))
+    assert_same_tensors(optimizer_state(a), optimizer_state(b))
+    state_a = json.loads((a / "policy" / "trainer_state.json").read_text())
+    state_b = json.loads((b / "policy" / "trainer_state.json").read_text())
+    assert [h.get("reward") for h in state_a["log_history"]] == [h.get("reward") for h in state_b["log_history"]]
+
+
+def test_half_written_checkpoint_is_skipped_on_resume(tiny_model: Path, tmp_path: Path) -> None:
+    first = make_config(tmp_path, tiny_model, maxSteps=2, interval=2)
+    assert local.run(first, evaluate=False).final_step == 2
+    # A save of step 4 that died mid-write: files present, marker never advanced.
+    half = ckpt.begin_step(tmp_path, 4)
+    (half / "policy").mkdir()
+    (half / "policy" / "adapter_model.safetensors").write_bytes(b"\0" * 10)
+    assert ckpt.latest_complete(tmp_path).step == 2
+
+    result = local.run(make_config(tmp_path, tiny_model, maxSteps=4, interval=2), evaluate=False)
+    assert (result.resumed_from, result.final_step) == (2, 4)
+    done = ckpt.latest_complete(tmp_path)
+    assert done.step == 4 and ckpt.manifest_ok(done.path)
+    assert len(lora_weights(done.path)) > 0  # the junk file was replaced by a real adapter
