@@ -1,0 +1,125 @@
+"""Datasets with images in every supported form, the synthetic task, and the per-backend row formats."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mmrl_operator.api.spec import DatasetSpec
+from mmrl_trainer import data, synthetic
+
+
+def png(colour: tuple[int, int, int]) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), colour).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_jsonl_with_file_data_uri_and_bare_base64_images(tmp_path: Path) -> None:
+    (tmp_path / "red.png").write_bytes(png((255, 0, 0)))
+    b64 = base64.b64encode(png((0, 0, 255))).decode()
+    rows = [
+        {"q": "colour?", "imgs": ["red.png"], "a": "red", "source": "file"},
+        {"q": "colour?", "imgs": f"data:image/png;base64,{b64}", "a": "blue"},
+        {"q": "colour?", "imgs": [b64, str(tmp_path / "red.png")], "a": 7},
+    ]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    spec = DatasetSpec(train=str(tmp_path / "train.jsonl"), prompt_field="q", images_field="imgs", answer_field="a")
+    ex = data.load_examples(spec.train, spec)
+    assert [e.answer for e in ex] == ["red", "blue", "7"]
+    assert [len(e.images) for e in ex] == [1, 1, 2]
+    assert ex[0].images[0].getpixel((0, 0)) == (255, 0, 0)
+    assert ex[1].images[0].getpixel((0, 0)) == (0, 0, 255)
+    assert ex[0].extra["source"] == "file"
+
+
+def test_parquet_directory_with_hf_image_structs(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(
+        [{"prompt": "colour?", "images": [{"bytes": png((0, 255, 0)), "path": None}], "answer": "green"}]
+    )
+    pq.write_table(table, tmp_path / "part-0.parquet")
+    ex = data.load_examples(str(tmp_path), DatasetSpec(train=str(tmp_path)))
+    assert ex[0].images[0].getpixel((1, 1)) == (0, 255, 0) and ex[0].answer == "green"
+
+
+def test_missing_column_names_the_spec_field(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text(json.dumps({"prompt": "x", "images": []}))
+    with pytest.raises(ValueError, match="missing field 'answer'"):
+        data.load_examples(str(tmp_path / "t.jsonl"), DatasetSpec(train=str(tmp_path / "t.jsonl"), format="jsonl"))
+
+
+def test_remote_sources_are_refused_by_the_local_backend_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="stage the data on the PVC"):
+        data.load_examples("s3://bucket/train.parquet", DatasetSpec(train="s3://bucket/train.parquet"))
+
+
+def test_synthetic_colours_are_reproducible_and_parameterised() -> None:
+    a = data.load_examples("synthetic://colors?n=12&seed=3", DatasetSpec(train="synthetic://colors"))
+    b = synthetic.synthetic_examples("synthetic://colors?n=12&seed=3")
+    assert len(a) == 12
+    assert [e.answer for e in a] == [e.answer for e in b]
+    assert a[0].images[0].tobytes() == b[0].images[0].tobytes()
+    assert set(e.answer for e in synthetic.colour_examples(200, 0)) == set(synthetic.COLOURS)
+    with pytest.raises(ValueError, match="known: colors"):
+        synthetic.parse_synthetic_uri("synthetic://shapes")
+    with pytest.raises(ValueError, match="unknown parameters"):
+        synthetic.parse_synthetic_uri("synthetic://colors?count=3")
+
+
+def test_synthetic_images_carry_the_answer_colour() -> None:
+    for e in synthetic.colour_examples(16, 5):
+        pixels = list(e.images[0].getdata())
+        mean = [sum(p[i] for p in pixels) / len(pixels) for i in range(3)]
+        target = synthetic.COLOURS[e.answer]
+        nearest = min(
+            synthetic.COLOURS, key=lambda c: sum((synthetic.COLOURS[c][i] * 0.85 - mean[i]) ** 2 for i in range(3))
+        )
+        assert nearest == e.answer, (e.answer, mean, target)
+
+
+def test_skyrl_rows_follow_skyrls_vlm_contract() -> None:
+    ex = synthetic.colour_examples(2, 0)
+    rows = data.to_skyrl_rows(ex, data_source="synthetic://colors")
+    row = rows[0]
+    assert set(row) == {"prompt", "env_class", "reward_spec", "data_source", "extra_info"}
+    assert row["env_class"] == data.SKYRL_ENV_CLASS
+    assert row["reward_spec"] == {"method": "rule", "ground_truth": ex[0].answer}
+    parts = row["prompt"][0]["content"]
+    assert row["prompt"][0]["role"] == "user"
+    assert parts[0]["type"] == "image_url" and parts[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert data.decode_image(parts[0]["image_url"]["url"]).tobytes() == ex[0].images[0].tobytes()
+    assert parts[1] == {"type": "text", "text": synthetic.QUESTION}
+
+
+def test_trl_rows_and_chat_prompts_place_images_in_order() -> None:
+    ex = synthetic.Example(
+        prompt=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and"}, {"type": "image"}]},
+        ],
+        images=[Image.new("RGB", (4, 4), (1, 2, 3)), Image.new("RGB", (4, 4), (4, 5, 6))],
+        answer="x",
+    )
+    row = data.to_trl_rows([ex])[0]
+    assert row["prompt"][1]["content"] == [{"type": "image"}, {"type": "text", "text": "and"}, {"type": "image"}]
+    assert row["images"] == ex.images and row["answer"] == "x"
+    sky = data.to_skyrl_rows([ex], data_source="d")[0]["prompt"][1]["content"]
+    assert [p["type"] for p in sky] == ["image_url", "text", "image_url"]
+    assert data.decode_image(sky[2]["image_url"]["url"]).getpixel((0, 0)) == (4, 5, 6)
+
+
+def test_skyrl_parquet_round_trips(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    rows = data.to_skyrl_rows(synthetic.colour_examples(3, 1), data_source="synthetic://colors")
+    back = pq.read_table(data.write_parquet(rows, tmp_path / "train.parquet")).to_pylist()
+    assert [r["reward_spec"]["ground_truth"] for r in back] == [r["reward_spec"]["ground_truth"] for r in rows]
+    assert json.loads(back[0]["extra_info"])["split_index"] == 0
