@@ -76,13 +76,13 @@ def test_synthetic_colours_are_reproducible_and_parameterised() -> None:
 
 def test_synthetic_images_carry_the_answer_colour() -> None:
     for e in synthetic.colour_examples(16, 5):
-        pixels = list(e.images[0].getdata())
-        mean = [sum(p[i] for p in pixels) / len(pixels) for i in range(3)]
-        target = synthetic.COLOURS[e.answer]
-        nearest = min(
-            synthetic.COLOURS, key=lambda c: sum((synthetic.COLOURS[c][i] * 0.85 - mean[i]) ** 2 for i in range(3))
-        )
-        assert nearest == e.answer, (e.answer, mean, target)
+        mean = e.images[0].resize((1, 1), Image.Resampling.BOX).getpixel((0, 0))
+
+        def distance(colour: str, mean=mean) -> float:
+            # Patterned images mix full and 70% shades, so compare against a slightly darkened palette.
+            return sum((synthetic.COLOURS[colour][i] * 0.85 - mean[i]) ** 2 for i in range(3))
+
+        assert min(synthetic.COLOURS, key=distance) == e.answer
 
 
 def test_skyrl_rows_follow_skyrls_vlm_contract() -> None:
