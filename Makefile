@@ -15,7 +15,7 @@ VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
 
-.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check lint fmt bins demo bench clean-cache
+.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check lint fmt bins up down demo bench clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -63,11 +63,17 @@ test: setup bins crds-check lint ## everything: unit, real-apiserver cluster tes
 test-unit: setup ## unit tests only (no cluster, no torch)
 	$(call PYTEST,tests/unit)
 
-test-cluster: setup bins
+test-cluster: setup bins ## real-apiserver tests only (tests/cluster)
 	$(call PYTEST,tests/cluster)
 
 test-trainer: setup
 	$(call PYTEST,tests/trainer)
+
+up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in in the background
+	$(VPY) -m mmrl_local up --detach
+
+down: setup ## stop what `make up` started
+	$(VPY) -m mmrl_local down
 
 clean-cache: ## drop the cached virtualenvs and binaries
 	rm -rf $(MMRL_CACHE)

@@ -47,6 +47,14 @@ def stage_documents() -> str:
     return "\n---\n".join(p.read_text() for p in files)
 
 
+def remove_stale_workdirs() -> None:
+    """Delete temp dirs left by control planes whose owner was SIGKILLed (its children died with it)."""
+    for workdir in Path(tempfile.gettempdir()).glob("mmrl-cp-*"):
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            if not procs.pid_alive(int((workdir / "owner.pid").read_text())):
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
 @dataclass
 class ControlPlane:
     """Start with ``start()`` (or as a context manager); ``kubeconfig`` is the admin kubeconfig."""
@@ -90,6 +98,8 @@ class ControlPlane:
 
     def _start(self, timeout: float) -> None:
         t0 = time.monotonic()
+        remove_stale_workdirs()
+        (self.workdir / "owner.pid").write_text(str(os.getpid()))
         self.binaries = self.binaries or build.build()
         self.pki = certs.generate(self.workdir / "pki", CLIENTS)
         for user in CLIENTS:

@@ -69,6 +69,10 @@ class KubeRayStandIn:
         self._scripts.append((namespace, name, sj.Script.parse(script)))
         self._wake.set()
 
+    def entrypoint_pids(self) -> dict[str, int]:
+        """``{"namespace/name": pid}`` of the run-mode entrypoints executing now."""
+        return {f"{ns}/{name}": run.proc.pid for (ns, name, _), run in list(self._runs.items())}
+
     def start(self) -> KubeRayStandIn:
         self._stop.clear()
         self._threads = [threading.Thread(target=self._loop, name="kuberay-standin", daemon=True)]
