@@ -116,7 +116,7 @@ def make_callbacks(cfg: TrainerConfig, reporter: ProgressReporter, n_steps: int)
     class ReportProgress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
-                keep = ("reward", "reward_std", "loss", "kl", "grad_norm", "learning_rate", "entropy")
+                keep = ("reward", "reward_std", "loss", "kl", "grad_norm", "learning_rate", "entropy", "step_time")
                 metrics = {k: float(v) for k, v in logs.items() if k in keep and v is not None}
                 metrics["completion_length"] = logs.get("completions/mean_length")
                 reporter.report(state.global_step, n_steps, metrics)
