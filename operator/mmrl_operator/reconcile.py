@@ -22,7 +22,7 @@ from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.names import job_dir, raycluster_name, rayjob_name
-from mmrl_operator.observed import Observed, raycluster_ready, rayjob_outcome
+from mmrl_operator.observed import Observed, desired_workers, raycluster_ready, rayjob_outcome
 
 # A pod created this long after its attempt started was recreated mid-attempt (lost head or worker).
 RECREATED_GRACE = timedelta(seconds=5)
@@ -197,8 +197,16 @@ class _Decider:
         for pod in self.obs.pods:
             if pod.evicted_or_lost:
                 return pod.node, f"pod {pod.name} was {pod.reason}"
-            if started and pod.created and pod.created > started + RECREATED_GRACE and pod.component == "ray-head":
-                return pod.node, f"the Ray head pod was lost and recreated as {pod.name}"
+            if started and pod.created and pod.created > started + RECREATED_GRACE:
+                return pod.node, f"Ray pod {pod.name} was lost and recreated during the attempt"
+        # A pod deleted (evicted, lost with its node) that KubeRay has not replaced yet.
+        if self.obs.raycluster is not None:
+            heads = [p for p in self.obs.pods if p.component == "ray-head"]
+            workers = [p for p in self.obs.pods if p.component == "ray-worker"]
+            if not heads:
+                return None, "the Ray head pod is gone"
+            if len(workers) < desired_workers(self.obs.raycluster):
+                return None, "a Ray worker pod is gone"
         return None, None
 
     def step_attempts(self) -> None:
@@ -238,7 +246,7 @@ class _Decider:
             self.event("Normal", "AttemptSucceeded", f"attempt {cur.index} succeeded")
             self.succeed(cur)
         elif outcome == "Failed":
-            kind = "infra" if node else "application"
+            kind = "infra" if (node or why) else "application"
             self.end_attempt(cur, kind, node, f"{message}; {why}" if why else message)
         elif self.hung(cur):
             self.delete_rayjob(cur.index)

@@ -28,6 +28,13 @@ def advance(j, plan: Plan):
     )
 
 
+# The Ray pods of a healthy cluster, created before the attempt started.
+PODS = [
+    PodInfo("geo-head", "ray-head", "hyperpod-i-0", T0 - timedelta(minutes=5), "Running"),
+    PodInfo("geo-worker-1", "ray-worker", "hyperpod-i-1", T0 - timedelta(minutes=5), "Running"),
+]
+
+
 def ready_cluster(j) -> dict:
     return raycluster(ready=True, spec_hash=build_raycluster(j)["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
 
@@ -81,13 +88,16 @@ def test_application_failure_backs_off_then_retries_on_same_cluster() -> None:
     j = advance(j, decide(j, 1, Observed(), T0))
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
     failed = decide(
-        j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED", "AppFailed")}), T0
+        j,
+        1,
+        Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED", "AppFailed")}, pods=PODS),
+        T0,
     )
     assert failed.status["phase"] == "Recovering" and failed.status["restarts"] == {"application": 1}
     assert failed.status["attempts"][0]["failure"] == "application"
     assert failed.status["nextAttemptAfter"] == ts(T0 + timedelta(seconds=30))
     j = advance(j, failed)
-    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")})
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=PODS)
     assert kinds(decide(j, 1, world, T0 + timedelta(seconds=10))) == []
     retry = decide(j, 1, world, T0 + timedelta(seconds=31))
     assert kinds(retry) == [*STATIC, "RayJob/geo-a2"] and retry.status["attempts"][1]["cause"] == "application"
@@ -97,7 +107,7 @@ def test_application_budget_exhausted_fails_with_a_message_naming_the_budget() -
     j = job({"spec": {"resilience": {"maxRestarts": 0}}})
     j = advance(j, decide(j, 1, Observed(), T0))
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
-    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}), T0)
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=PODS), T0)
     assert plan.status["phase"] == "Failed"
     assert "spec.resilience.maxRestarts=0" in plan.status["message"]
     assert cond(plan, "Stalled") == "True" and cond(plan, "Failed") == "True"
@@ -163,3 +173,23 @@ def test_worker_replica_change_reapplies_the_cluster() -> None:
     plan = decide(bigger, 2, Observed(raycluster=ready_cluster(j)), T0)
     rc = [o for o in plan.apply if o["kind"] == "RayCluster"]
     assert rc and rc[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2
+
+
+def test_failure_with_a_lost_head_pod_is_infra_even_before_kuberay_replaces_it() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    workers_only = [p for p in PODS if p.component == "ray-worker"]
+    failed = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=workers_only)
+    plan = decide(j, 1, failed, T0 + timedelta(seconds=30))
+    assert plan.status["attempts"][0]["failure"] == "infra" and plan.status["restarts"] == {"infra": 1}
+
+
+def test_failure_after_a_worker_was_recreated_mid_attempt_is_infra() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    recreated = [PODS[0], PodInfo("geo-worker-2", "ray-worker", "hyperpod-i-2", T0 + timedelta(seconds=20), "Running")]
+    failed = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=recreated)
+    plan = decide(j, 1, failed, T0 + timedelta(seconds=30))
+    assert plan.status["attempts"][0]["failure"] == "infra"

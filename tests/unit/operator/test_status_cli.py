@@ -6,14 +6,16 @@ from mmrl_operator.observed import Observed
 from mmrl_operator.reconcile import decide
 from mmrl_operator.status_cli import render_status
 from tests.support.factories import T0, job, rayjob
-from tests.unit.operator.test_reconcile import advance, ready_cluster
+from tests.unit.operator.test_reconcile import PODS, advance, ready_cluster
 
 
 def test_status_shows_phase_attempts_budgets_and_events() -> None:
     j = job()
     j = advance(j, decide(j, 1, Observed(), T0))
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
-    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}), T0))
+    j = advance(
+        j, decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=PODS), T0)
+    )
     text = render_status(
         {
             "metadata": {"name": "geo", "namespace": "team"},

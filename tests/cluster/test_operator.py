@@ -1,0 +1,147 @@
+"""The operator against the real apiserver with the KubeRay stand-in: children, phases, updates, suspend, ttl,
+deletion. The operator runs as a subprocess exactly as it would in its Deployment."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from mmrl_operator import constants as c
+from tests.support.cluster_setup import install_mmrl_crd
+from tests.support.jobspecs import cluster_job
+from tests.support.operator import Jobs, OperatorProcess, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="session")
+def mmrl_crd(api_client: client.ApiClient) -> None:
+    install_mmrl_crd(api_client)
+
+
+@pytest.fixture
+def jobs(api_client: client.ApiClient, namespace: str, mmrl_crd: None) -> Jobs:
+    return Jobs(api_client, namespace)
+
+
+@pytest.fixture
+def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> Iterator[OperatorProcess]:
+    with OperatorProcess(control_plane.kubeconfig, tmp_path / "operator.log", namespaces=[namespace]) as op:
+        yield op
+
+
+@pytest.fixture
+def nodes_ready(hyperpod_nodes) -> list[str]:
+    hyperpod_nodes.cpu()
+    return hyperpod_nodes.gpu(2)
+
+
+def phases_until_done(jobs: Jobs, name: str, timeout: float = 90) -> list[str]:
+    seen: list[str] = []
+
+    def done() -> bool:
+        phase = jobs.status(name).get("phase")
+        if phase and (not seen or seen[-1] != phase):
+            seen.append(phase)
+        return phase in ("Succeeded", "Failed")
+
+    wait_until(done, timeout, interval=0.05, what=f"{name} to finish")
+    return seen
+
+
+def test_job_creates_every_child_with_the_expected_fields(jobs, operator, kuberay, nodes_ready, core, api_client):
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.ray_names("rayjobs") == ["geo-a1"], 60, what="RayJob geo-a1")
+    ns = jobs.ns
+    (rc,) = jobs.ray("rayclusters")
+    assert rc["metadata"]["name"] == "geo" and rc["metadata"]["ownerReferences"][0]["kind"] == "MultimodalRLJob"
+    worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["containers"][0]["resources"]["limits"][c.GPU_RESOURCE] == "8"
+    (rj,) = jobs.ray("rayjobs")
+    assert rj["spec"]["clusterSelector"] == {c.RAY_CLUSTER_LABEL: "geo"} and rj["spec"]["backoffLimit"] == 0
+    cm = core.read_namespaced_config_map("geo-trainer-config", ns)
+    assert '"name": "geo"' in cm.data["trainer.json"]
+    role = client.RbacAuthorizationV1Api(api_client).read_namespaced_role("geo-trainer", ns)
+    assert all(rule.resource_names == ["geo"] for rule in role.rules)
+    assert core.read_namespaced_service_account("geo-trainer", ns).metadata.labels[c.LABEL_JOB] == "geo"
+    # Pods really scheduled onto HyperPod GPU nodes that satisfy the affinity.
+    pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}=ray-worker").items
+    assert pods and all(p.spec.node_name in nodes_ready for p in pods)
+    status = wait_until(lambda: jobs.status("geo") if jobs.status("geo").get("phase") == "Running" else None, 30)
+    assert status["observedGeneration"] == jobs.get("geo")["metadata"]["generation"]
+    assert status["rayCluster"] == "geo" and status["rayJob"] == "geo-a1" and status["attempt"] == 1
+
+
+def test_successful_attempt_walks_the_phases_in_order(jobs, operator, kuberay, nodes_ready):
+    kuberay.script("geo-a*", "succeed-after=1")
+    jobs.create(cluster_job("geo"))
+    seen = phases_until_done(jobs, "geo")
+    assert seen[-1] == "Succeeded"
+    assert [p for p in seen if p in ("Provisioning", "Running", "Succeeded")] == [
+        "Provisioning",
+        "Running",
+        "Succeeded",
+    ]
+    assert jobs.condition("geo", "Complete") == "True" and jobs.condition("geo", "Ready") == "True"
+    assert jobs.condition("geo", "Reconciling") == "False"
+    events = wait_until(lambda: (e := jobs.events("geo")) and "Succeeded" in e and e, 10)
+    assert events.index("RayClusterCreated") < events.index("AttemptStarted") < events.index("Succeeded")
+    assert jobs.ray_names("rayjobs") == ["geo-a1"]
+
+
+def test_spec_update_propagates_and_immutable_fields_are_rejected(jobs, operator, kuberay, hyperpod_nodes):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(3)
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.ray_names("rayjobs") == ["geo-a1"], 60)
+    spec = cluster_job("geo")["spec"]["cluster"]["workerGroups"]
+    spec[0]["replicas"] = 2
+    jobs.patch("geo", {"spec": {"cluster": {"workerGroups": spec}}})
+    wait_until(lambda: jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2, 30)
+    with pytest.raises(client.exceptions.ApiException) as err:
+        jobs.patch("geo", {"spec": {"model": {"name": "Qwen/Qwen2.5-VL-7B-Instruct"}}})
+    assert err.value.status == 422 and "model is immutable" in err.value.body
+
+
+def test_suspend_deletes_ray_objects_and_resume_starts_a_free_attempt(jobs, operator, kuberay, nodes_ready):
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.status("geo").get("phase") == "Running", 60)
+    jobs.patch("geo", {"spec": {"suspend": True}})
+    wait_until(lambda: jobs.status("geo").get("phase") == "Suspended", 30)
+    wait_until(lambda: not jobs.ray_names("rayclusters") and not jobs.ray_names("rayjobs"), 30, what="Ray objects gone")
+    assert jobs.condition("geo", "Suspended") == "True"
+    kuberay.script("geo-a2", "succeed-after=1")
+    jobs.patch("geo", {"spec": {"suspend": False}})
+    assert phases_until_done(jobs, "geo")[-1] == "Succeeded"
+    status = jobs.status("geo")
+    assert [a["cause"] for a in status["attempts"]] == ["initial", "resume"]
+    assert status["attempts"][0]["result"] == "Stopped" and not status.get("restarts")
+
+
+def test_ttl_deletes_the_cluster_and_keeps_the_rest(jobs, operator, kuberay, nodes_ready, core):
+    kuberay.script("geo-a*", "succeed-after=1")
+    jobs.create(cluster_job("geo", {"spec": {"ttlSecondsAfterFinished": 2}}))
+    assert phases_until_done(jobs, "geo")[-1] == "Succeeded"
+    wait_until(lambda: not jobs.ray_names("rayclusters"), 30, what="RayCluster deleted after ttl")
+    assert core.read_namespaced_config_map("geo-trainer-config", jobs.ns)
+    assert jobs.status("geo")["phase"] == "Succeeded"
+
+
+def test_deleting_the_job_garbage_collects_every_child(jobs, operator, kuberay, nodes_ready, core):
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.ray_names("rayjobs") == ["geo-a1"], 60)
+    jobs.delete("geo")
+
+    def gone() -> bool:
+        cms = core.list_namespaced_config_map(jobs.ns, label_selector=f"{c.LABEL_JOB}=geo").items
+        sas = core.list_namespaced_service_account(jobs.ns, label_selector=f"{c.LABEL_JOB}=geo").items
+        return not (jobs.ray_names("rayclusters") or jobs.ray_names("rayjobs") or cms or sas)
+
+    wait_until(gone, 60, what="children garbage-collected")
