@@ -38,11 +38,15 @@ def kube_patcher(namespace: str, name: str, *, timeout: float = 5.0) -> Patcher:
         if api is None:
             from kubernetes import client, config
 
+            # A private ApiClient: never mutate the process-wide default configuration. KUBECONFIG is read
+            # here, not at import time, so a value set after start-up is honoured.
             if os.environ.get("KUBECONFIG"):
-                config.load_kube_config()
+                api_client = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
             else:
-                config.load_incluster_config()
-            api = client.CustomObjectsApi()
+                conf = client.Configuration()
+                config.load_incluster_config(client_configuration=conf)
+                api_client = client.ApiClient(conf)
+            api = client.CustomObjectsApi(api_client)
         api.patch_namespaced_custom_object_status(
             GROUP,
             VERSION,

@@ -1,0 +1,121 @@
+"""The trainer's progress reaches a real MultimodalRLJob's status through the job's own ServiceAccount, and only
+that job's: RBAC (resourceNames) refuses a patch of a sibling job, and the refusal does not fail training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from mmrl_operator import constants as c
+from mmrl_operator.api import MultimodalRLJob
+from mmrl_operator.builders.rbac import build_rbac
+from mmrl_operator.names import service_account_name
+from mmrl_trainer.checkpoint import Checkpoint
+from mmrl_trainer.progress import ProgressReporter, kube_patcher
+from tests.support.cluster_setup import install_mmrl_crd
+from tests.support.jobspecs import cluster_job
+
+pytestmark = pytest.mark.cluster
+JOBS = (c.GROUP, c.VERSION)
+
+
+@pytest.fixture
+def jobs(api_client: client.ApiClient, custom: client.CustomObjectsApi, namespace: str):
+    install_mmrl_crd(api_client)
+
+    def create(name: str) -> MultimodalRLJob:
+        body = cluster_job(name)
+        body["metadata"]["namespace"] = namespace
+        created = custom.create_namespaced_custom_object(*JOBS, namespace, c.PLURAL, body)
+        return MultimodalRLJob.model_validate(created)
+
+    return create
+
+
+def trainer_kubeconfig(api_client: client.ApiClient, core: client.CoreV1Api, job: MultimodalRLJob, path: Path):
+    """What the trainer pod sees: the job's ServiceAccount token (granted by the operator's RBAC builder)."""
+    dyn = DynamicClient(api_client)
+    for obj in build_rbac(job):
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=job.namespace, field_manager="test")
+    token = core.create_namespaced_service_account_token(
+        service_account_name(job.name), job.namespace, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    cfg = api_client.configuration
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "local", "cluster": {"server": cfg.host, "certificate-authority": cfg.ssl_ca_cert}}
+                ],
+                "users": [{"name": "trainer", "user": {"token": token}}],
+                "contexts": [{"name": "trainer", "context": {"cluster": "local", "user": "trainer"}}],
+                "current-context": "trainer",
+            }
+        )
+    )
+    return path
+
+
+def progress_of(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict:
+    obj = custom.get_namespaced_custom_object(*JOBS, namespace, c.PLURAL, name)
+    return (obj.get("status") or {}).get("progress") or {}
+
+
+def test_progress_reaches_the_job_status_and_no_other_job(
+    jobs, api_client, core, custom, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job, sibling = jobs("progress"), jobs("sibling")
+    monkeypatch.setenv("KUBECONFIG", str(trainer_kubeconfig(api_client, core, job, tmp_path / "kubeconfig")))
+
+    reporter = ProgressReporter(tmp_path / "metrics.jsonl", kube_patcher(namespace, job.name), min_interval=0)
+    ckpt = Checkpoint(5, Path("/ckpt/default/progress/global_step_5"), "2026-01-01T00:00:00Z")
+    assert reporter.report(5, 40, {"reward": 0.625}, checkpoint=ckpt) is True
+    got = progress_of(custom, namespace, job.name)
+    assert (got["step"], got["totalSteps"], got["rewardMean"]) == (5, 40, 0.625)
+    assert got["lastCheckpoint"] == {"step": 5, "path": str(ckpt.path), "time": "2026-01-01T00:00:00Z"}
+    assert got["heartbeat"].endswith("Z")
+
+    # The same credentials cannot touch a sibling job; the reporter swallows the 403 and training would go on.
+    intruder = ProgressReporter(None, kube_patcher(namespace, sibling.name), min_interval=0)
+    assert intruder.report(1, 1, {"reward": 1.0}) is False
+    assert intruder.patch_failures == 1
+    assert progress_of(custom, namespace, sibling.name) == {}
+
+
+def test_local_training_run_reports_its_final_step_and_checkpoint(
+    jobs, api_client, core, custom, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("trl")
+    from mmrl_trainer.backends import local
+    from mmrl_trainer.config import TrainerConfig
+    from mmrl_trainer.tiny import build_tiny_vlm
+
+    job = jobs("tiny")
+    monkeypatch.setenv("KUBECONFIG", str(trainer_kubeconfig(api_client, core, job, tmp_path / "kubeconfig")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = TrainerConfig.model_validate(
+        {
+            "backend": "local",
+            "job": {"namespace": namespace, "name": job.name},
+            "model": {"name": str(build_tiny_vlm())},
+            "lora": {"rank": 8, "alpha": 16},
+            "algorithm": {"trainBatchSize": 4, "miniBatchSize": 4, "maxSteps": 4, "maxResponseLength": 6},
+            "dataset": {"train": "synthetic://colors?n=64"},
+            "checkpoint": {"dir": str(tmp_path / "job"), "interval_steps": 2, "keep": 2},
+            "export_dir": str(tmp_path / "job" / "adapter"),
+            "progress": {"enabled": True, "min_interval_seconds": 0},
+        }
+    )
+    result = local.run(cfg, evaluate=False)
+    got = progress_of(custom, namespace, job.name)
+    assert (got["step"], got["totalSteps"]) == (result.final_step, 4)
+    assert got["lastCheckpoint"]["step"] == 4
+    assert got["lastCheckpoint"]["path"] == str(tmp_path / "job" / "global_step_4")
+    assert 0.0 <= got["rewardMean"] <= 1.0
