@@ -40,7 +40,7 @@ class LeaderElector:
     ) -> None:
         self.api = client.CoordinationV1Api(api_client)
         self.namespace, self.name = namespace, name
-        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.identity = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
         self._leader_until = 0.0
         self._stop = threading.Event()

@@ -24,7 +24,7 @@ def run_operator(args: argparse.Namespace) -> int:
     elector = None
     if not args.standalone:
         lease_ns = os.environ.get("POD_NAMESPACE", "default")
-        elector = LeaderElector(kube.api_client, lease_ns, name=args.peering)
+        elector = LeaderElector(kube.api_client, lease_ns, name=os.environ.get("MMRL_LEASE_NAME", args.peering))
     queue = WorkQueue(
         handlers.reconcile_key,
         workers=int(os.environ.get("MMRL_WORKERS", "4")),

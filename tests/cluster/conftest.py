@@ -18,6 +18,8 @@ from mmrl_local import build, nodes
 from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
 from mmrl_local.kuberay_standin import KubeRayStandIn
+from tests.support.cluster_setup import install_mmrl_crd
+from tests.support.operator import Jobs, OperatorProcess
 
 
 @pytest.fixture(scope="session")
@@ -138,3 +140,28 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
 @pytest.fixture
 def wait():
     return wait_for
+
+
+# --- the mmrl operator under test ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mmrl_crd(api_client: client.ApiClient) -> None:
+    install_mmrl_crd(api_client)
+
+
+@pytest.fixture
+def jobs(api_client: client.ApiClient, namespace: str, mmrl_crd: None) -> Jobs:
+    return Jobs(api_client, namespace)
+
+
+@pytest.fixture
+def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> Iterator[OperatorProcess]:
+    with OperatorProcess(control_plane.kubeconfig, tmp_path / "operator.log", namespaces=[namespace]) as op:
+        yield op
+
+
+@pytest.fixture
+def nodes_ready(hyperpod_nodes) -> list[str]:
+    hyperpod_nodes.cpu()
+    return hyperpod_nodes.gpu(2)

@@ -3,53 +3,14 @@ deletion. The operator runs as a subprocess exactly as it would in its Deploymen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from kubernetes import client
 
 from mmrl_operator import constants as c
-from tests.support.cluster_setup import install_mmrl_crd
 from tests.support.jobspecs import cluster_job
-from tests.support.operator import Jobs, OperatorProcess, wait_until
+from tests.support.operator import phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="session")
-def mmrl_crd(api_client: client.ApiClient) -> None:
-    install_mmrl_crd(api_client)
-
-
-@pytest.fixture
-def jobs(api_client: client.ApiClient, namespace: str, mmrl_crd: None) -> Jobs:
-    return Jobs(api_client, namespace)
-
-
-@pytest.fixture
-def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> Iterator[OperatorProcess]:
-    with OperatorProcess(control_plane.kubeconfig, tmp_path / "operator.log", namespaces=[namespace]) as op:
-        yield op
-
-
-@pytest.fixture
-def nodes_ready(hyperpod_nodes) -> list[str]:
-    hyperpod_nodes.cpu()
-    return hyperpod_nodes.gpu(2)
-
-
-def phases_until_done(jobs: Jobs, name: str, timeout: float = 90) -> list[str]:
-    seen: list[str] = []
-
-    def done() -> bool:
-        phase = jobs.status(name).get("phase")
-        if phase and (not seen or seen[-1] != phase):
-            seen.append(phase)
-        return phase in ("Succeeded", "Failed")
-
-    wait_until(done, timeout, interval=0.05, what=f"{name} to finish")
-    return seen
 
 
 def test_job_creates_every_child_with_the_expected_fields(jobs, operator, kuberay, nodes_ready, core, api_client):

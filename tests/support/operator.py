@@ -158,3 +158,16 @@ class Jobs:
             if cond["type"] == ctype:
                 return cond["status"]
         return None
+
+
+def phases_until_done(jobs: Jobs, name: str, timeout: float = 90) -> list[str]:
+    seen: list[str] = []
+
+    def done() -> bool:
+        phase = jobs.status(name).get("phase")
+        if phase and (not seen or seen[-1] != phase):
+            seen.append(phase)
+        return phase in ("Succeeded", "Failed")
+
+    wait_until(done, timeout, interval=0.05, what=f"{name} to finish")
+    return seen
