@@ -110,14 +110,16 @@ class ControlPlane:
         self._spawn("kube-apiserver", self._apiserver_args())
         self._wait_readyz(timeout)
         self.timings["apiserver_ready"] = round(time.monotonic() - t0, 2)
+        if self.install_kuberay_crds:
+            # Before the controller-manager starts: its GC and quota controllers would otherwise re-run
+            # discovery for the new types while the apiserver is busy building their OpenAPI.
+            crds.install(self.api_client(), build.kuberay_crd_paths(), build.cache_root() / "crds")
+            self.timings["crds"] = round(time.monotonic() - t0, 2)
         self._spawn("kube-controller-manager", self._controller_manager_args())
         self._spawn("kube-scheduler", self._scheduler_args())
         stages = self.workdir / "kwok-stages.yaml"
         stages.write_text(stage_documents())
         self._spawn("kwok", self._kwok_args(stages))
-        if self.install_kuberay_crds:
-            crds.install(self.api_client(), build.kuberay_crd_paths(), build.cache_root() / "crds")
-            self.timings["crds"] = round(time.monotonic() - t0, 2)
         self._wait_default_service_account(timeout)
 
     def stop(self) -> None:
