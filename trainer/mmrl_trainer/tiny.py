@@ -192,7 +192,13 @@ def build_tiny_vlm(
     torch.manual_seed(seed)
     processor = build_processor()
     model = Qwen3VLForConditionalGeneration(build_config(processor.tokenizer))
-    warm_up(model, processor, steps=warmup_steps, seed=seed, p_correct=p_correct)
+    # Tiny matmuls: one thread is ~20x faster than two contended ones on a small CPU box.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("MMRL_TORCH_THREADS", "1")))
+    try:
+        warm_up(model, processor, steps=warmup_steps, seed=seed, p_correct=p_correct)
+    finally:
+        torch.set_num_threads(threads)
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
     model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
     # Build next to the target and rename, so a crashed build never leaves a directory that looks finished.
@@ -207,5 +213,22 @@ def build_tiny_vlm(
     return target
 
 
+def main(argv: list[str] | None = None) -> None:
+    """`python -m mmrl_trainer.tiny [--out DIR]`: build (or reuse) the cached model, optionally copy it to DIR."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mmrl_trainer.tiny", description=main.__doc__)
+    parser.add_argument("--out", help="also copy the model directory here (e.g. /models/tiny-qwen3-vl)")
+    args = parser.parse_args(argv)
+    built = build_tiny_vlm()
+    if args.out:
+        out = Path(args.out)
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(built, out)
+        built = out
+    print(built)
+
+
 if __name__ == "__main__":
-    print(build_tiny_vlm())
+    main()

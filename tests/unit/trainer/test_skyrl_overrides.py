@@ -133,3 +133,74 @@ def test_skyrl_rejects_a_misspelt_key_so_the_validation_is_real() -> None:
         [str(_SKYRL_PY), "-c", _VALIDATE], input=json.dumps(bad), capture_output=True, text=True, timeout=180
     )
     assert run.returncode != 0
+
+
+_ENV = r"""
+import json, sys, typing
+if sys.version_info < (3, 12):
+    import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
+import skyrl_gym
+from mmrl_trainer.backends.skyrl import ENV_ENTRY_POINT
+from mmrl_trainer.data import SKYRL_ENV_CLASS
+reward = {"name": "numeric", "params": {"tolerance": "0.01"}}
+skyrl_gym.envs.register(id=SKYRL_ENV_CLASS, entry_point=ENV_ENTRY_POINT, kwargs={"reward": reward})
+out = []
+for answer in (r"\boxed{3.141}", "3.5"):
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "3.14"}}
+    env = skyrl_gym.make(SKYRL_ENV_CLASS, env_config={}, extras=extras)
+    step = env.step(answer)
+    out.append([step["reward"], step["done"]])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_our_rewards_run_as_a_registered_skyrl_gym_environment() -> None:
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}:{root / 'trainer'}"}
+    run = subprocess.run([str(_SKYRL_PY), "-c", _ENV], capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [[1.0, True], [0.0, True]]
+
+
+def test_materialised_skyrl_parquet_has_one_row_per_example(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from mmrl_trainer.backends.skyrl import materialise_data
+
+    _, cfg = reference_overrides()
+    cfg = cfg.model_copy(
+        update={
+            "dataset": cfg.dataset.model_copy(
+                update={"train": "synthetic://colors?n=6", "validation": "synthetic://colors?n=3&seed=9"}
+            )
+        }
+    )
+    train, val = materialise_data(cfg, tmp_path)
+    rows = pq.read_table(train[0]).to_pylist()
+    assert len(rows) == 6 and len(pq.read_table(val[0]).to_pylist()) == 3
+    assert rows[0]["env_class"] == "mmrl_reward"
+    assert rows[0]["prompt"][0]["content"][0]["type"] == "image_url"
+
+
+def test_final_adapter_is_exported_from_the_newest_complete_skyrl_step(tmp_path: Path) -> None:
+    from mmrl_trainer.backends.skyrl import export_final_adapter
+
+    _, cfg = reference_overrides()
+    cfg = cfg.model_copy(
+        update={
+            "checkpoint": cfg.checkpoint.model_copy(update={"dir": str(tmp_path)}),
+            "export_dir": str(tmp_path / "adapter"),
+        }
+    )
+    for step, rank in ((5, 16), (10, 32), (15, 64)):  # step 15 is newer than the marker: half-written
+        lora = tmp_path / f"global_step_{step}" / "policy" / "lora_adapter"
+        lora.mkdir(parents=True)
+        (lora / "adapter_config.json").write_text(
+            json.dumps({"peft_type": "LORA", "r": rank, "target_modules": ["q_proj"]})
+        )
+        (lora / "adapter_model.safetensors").write_bytes(b"w")
+    (tmp_path / "latest_ckpt_global_step.txt").write_text("10")
+    exported = export_final_adapter(cfg)
+    assert exported == tmp_path / "adapter"
+    assert json.loads((exported / "adapter_config.json").read_text())["r"] == 32
