@@ -111,12 +111,13 @@ _previous: dict[int, object] = {}
 
 def _install_handlers() -> None:
     global _handlers_installed
-    if _handlers_installed:
-        return
-    _handlers_installed = True
-    atexit.register(stop_all)
-    # Signal handlers can only be set from the main thread; elsewhere atexit + PDEATHSIG still cover us.
+    if not _handlers_installed:
+        _handlers_installed = True
+        atexit.register(stop_all)
+    # Signal handlers can only be set from the main thread; until a main-thread spawn sets them,
+    # atexit + PDEATHSIG still cover us.
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
-            _previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, _on_signal)
+            if signal.getsignal(signum) is not _on_signal:
+                _previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, _on_signal)
