@@ -52,6 +52,7 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
                 created=parse_ts(meta.get("creationTimestamp")),
                 phase=st.get("phase", ""),
                 reason=st.get("reason"),
+                terminating=bool(meta.get("deletionTimestamp")),
             )
         )
     lookup = node_lookup or kube.get_node

@@ -6,6 +6,7 @@ parses raw KubeRay objects itself.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -23,6 +24,7 @@ class PodInfo:
     created: datetime | None
     phase: str
     reason: str | None = None
+    terminating: bool = False
 
     @property
     def evicted_or_lost(self) -> bool:
@@ -35,6 +37,13 @@ class Observed:
     rayjobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> RayJob
     pods: list[PodInfo] = field(default_factory=list)
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
+
+
+def pod_set_digest(pods: list[PodInfo]) -> str:
+    """A short fingerprint of the live Ray pods: KubeRay gives a replacement pod a new name, so a change of
+    this digest during an attempt means a pod was lost or recreated under it."""
+    names = sorted(p.name for p in pods if not p.terminating and p.component in ("ray-head", "ray-worker"))
+    return hashlib.sha1("\n".join(names).encode()).hexdigest()[:12]
 
 
 def rayjob_outcome(rayjob: dict[str, Any]) -> tuple[Outcome, str]:

@@ -22,10 +22,7 @@ from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.names import job_dir, raycluster_name, rayjob_name
-from mmrl_operator.observed import Observed, desired_workers, raycluster_ready, rayjob_outcome
-
-# A pod created this long after its attempt started was recreated mid-attempt (lost head or worker).
-RECREATED_GRACE = timedelta(seconds=5)
+from mmrl_operator.observed import Observed, desired_workers, pod_set_digest, raycluster_ready, rayjob_outcome
 
 
 @dataclass(frozen=True)
@@ -193,12 +190,11 @@ class _Decider:
             return stops[0].node, stops[0].message
         if attempt.node:
             return attempt.node, f"node {attempt.node} reported a fault during the attempt"
-        started = parse_ts(attempt.start_time)
         for pod in self.obs.pods:
             if pod.evicted_or_lost:
                 return pod.node, f"pod {pod.name} was {pod.reason}"
-            if started and pod.created and pod.created > started + RECREATED_GRACE:
-                return pod.node, f"Ray pod {pod.name} was lost and recreated during the attempt"
+        if attempt.pod_set and self.obs.pods and pod_set_digest(self.obs.pods) != attempt.pod_set:
+            return None, "a Ray pod of the attempt was lost or recreated"
         # A pod deleted (evicted, lost with its node) that KubeRay has not replaced yet.
         if self.obs.raycluster is not None:
             heads = [p for p in self.obs.pods if p.component == "ray-head"]
@@ -324,6 +320,7 @@ class _Decider:
                 cause=cause if n > 1 else "initial",  # type: ignore[arg-type]
                 resumed_from_step=resumed,
                 start_time=ts(self.now),
+                pod_set=pod_set_digest(self.obs.pods) if self.obs.pods else None,
             )
         )
         self.status.attempt, self.status.ray_job, self.status.next_attempt_after = (

@@ -78,6 +78,8 @@ class Attempt(StatusModel):
     """How a failed or stopped attempt was classified; decides which restart budget it spends."""
     node: str | None = None
     """The node whose fault ended the attempt, when there was one."""
+    pod_set: str | None = None
+    """Fingerprint of the Ray pods the attempt started on; a change means a pod was lost (infrastructure)."""
     message: str | None = Field(default=None, max_length=1024)
 
 

@@ -188,8 +188,8 @@ def test_failure_with_a_lost_head_pod_is_infra_even_before_kuberay_replaces_it()
 def test_failure_after_a_worker_was_recreated_mid_attempt_is_infra() -> None:
     j = job()
     j = advance(j, decide(j, 1, Observed(), T0))
-    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
-    recreated = [PODS[0], PodInfo("geo-worker-2", "ray-worker", "hyperpod-i-2", T0 + timedelta(seconds=20), "Running")]
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0))
+    recreated = [PODS[0], PodInfo("geo-worker-2", "ray-worker", "hyperpod-i-2", T0 + timedelta(seconds=2), "Running")]
     failed = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=recreated)
     plan = decide(j, 1, failed, T0 + timedelta(seconds=30))
     assert plan.status["attempts"][0]["failure"] == "infra"

@@ -1,0 +1,224 @@
+"""HyperPod faults on the real control plane: every fault type on the node (or pod) of a running attempt ends
+with the job Succeeded, the right attempts and budgets, the next attempt resuming from the last complete
+checkpoint, and no duplicated Ray objects. Plus hangs, budget exhaustion, and a storm of random faults."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from kubernetes import client
+
+from mmrl_local import hyperpod as hp
+from mmrl_operator import constants as c
+from tests.support.jobspecs import cluster_job
+from tests.support.operator import Jobs, phases_until_done, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+def ray_pod(core: client.CoreV1Api, ns: str, job: str, component: str) -> client.V1Pod:
+    def find():
+        pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}={job},{c.LABEL_COMPONENT}={component}")
+        live = [p for p in pods.items if p.spec.node_name and not p.metadata.deletion_timestamp]
+        return live[0] if live and live[0].status.phase == "Running" else None
+
+    return wait_until(find, 60, what=f"a running {component} pod of {job}")
+
+
+def start_training(jobs: Jobs, kuberay, name: str = "geo", patch: dict | None = None) -> None:
+    """Attempt 1 runs until something stops it; later attempts succeed. The trainer's progress is reported."""
+    kuberay.script(f"{name}-a*", "succeed-after=1")
+    kuberay.script(f"{name}-a1", "hang,fail-on-node-loss")
+    jobs.create(cluster_job(name, patch))
+    wait_until(lambda: jobs.condition(name, "Training") == "True", 60, what="attempt 1 training")
+    # What the trainer reports after checkpointing step 10 and training on to step 12.
+    jobs.patch_status(
+        name,
+        {
+            "progress": {
+                "step": 12,
+                "totalSteps": 40,
+                "rewardMean": 0.4,
+                "lastCheckpoint": {"step": 10, "path": "s3://mmrl-test/ckpt/global_step_10"},
+            }
+        },
+    )
+
+
+def assert_recovered_once_from_infra(jobs: Jobs, name: str = "geo", node: str | None = None) -> dict:
+    assert phases_until_done(jobs, name, timeout=120)[-1] == "Succeeded"
+    status = jobs.status(name)
+    first, second = status["attempts"]
+    assert first["result"] == "Failed" and first["failure"] == "infra"
+    if node:
+        assert first["node"] == node
+    assert second["cause"] == "infra" and second["resumedFromStep"] == 10 and second["result"] == "Succeeded"
+    assert status["restarts"] == {"infra": 1}
+    # A stopped attempt's RayJob is deleted (that is how a Ray job is stopped); a failed one may remain.
+    rayjobs = jobs.ray_names("rayjobs")
+    assert f"{name}-a2" in rayjobs and set(rayjobs) <= {f"{name}-a1", f"{name}-a2"}
+    assert jobs.ray_names("rayclusters") == [name]
+    return status
+
+
+def node_fault_pending_replacement(nodes, core, ns, worker):
+    nodes.set_health(worker.spec.node_name, hp.NodeHealth.PENDING_REPLACEMENT)
+    nodes.replace(worker.spec.node_name)
+
+
+def node_fault_pending_reboot(nodes, core, ns, worker):
+    nodes.set_health(worker.spec.node_name, hp.NodeHealth.PENDING_REBOOT)
+
+
+def node_fault_not_ready(nodes, core, ns, worker):
+    nodes.set_not_ready(worker.spec.node_name)
+
+
+def node_fault_deleted_and_replaced(nodes, core, ns, worker):
+    nodes.delete(worker.spec.node_name)
+    nodes.gpu(1)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [node_fault_pending_replacement, node_fault_pending_reboot, node_fault_not_ready, node_fault_deleted_and_replaced],
+    ids=lambda f: f.__name__.removeprefix("node_fault_"),
+)
+def test_node_fault_stops_the_attempt_and_resumes_from_the_last_checkpoint(
+    jobs, operator, kuberay, hyperpod_nodes, core, fault
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    start_training(jobs, kuberay)
+    worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
+    fault(hyperpod_nodes, core, jobs.ns, worker)
+    assert_recovered_once_from_infra(jobs, node=worker.spec.node_name)
+    assert "NodeFault" in jobs.events("geo")
+    new_worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
+    assert new_worker.spec.node_name != worker.spec.node_name
+
+
+def test_head_pod_lost_is_an_infra_failure(jobs, operator, kuberay, hyperpod_nodes, core):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    start_training(jobs, kuberay)
+    head = ray_pod(core, jobs.ns, "geo", "ray-head")
+    core.delete_namespaced_pod(head.metadata.name, jobs.ns, grace_period_seconds=0)
+    assert_recovered_once_from_infra(jobs)
+
+
+def test_worker_pod_evicted_is_an_infra_failure(jobs, operator, kuberay, hyperpod_nodes, core):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    start_training(jobs, kuberay)
+    worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": worker.metadata.name, "namespace": jobs.ns},
+    }
+    core.create_namespaced_pod_eviction(worker.metadata.name, jobs.ns, eviction)
+    assert_recovered_once_from_infra(jobs)
+
+
+@pytest.mark.parametrize("signal", ["taint", "deep-health-check"])
+def test_degrading_signals_report_but_do_not_stop_training(jobs, operator, kuberay, hyperpod_nodes, core, signal):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo"))
+    worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
+    node = worker.spec.node_name
+    if signal == "taint":
+        core.patch_node(node, {"spec": {"taints": [dict(hp.UNHEALTHY_TAINT)]}})
+    else:
+        core.patch_node(
+            node,
+            {
+                "metadata": {
+                    "labels": {hp.NODE_HEALTH_STATUS: "Unschedulable", hp.DEEP_HEALTH_CHECK_STATUS: "InProgress"}
+                }
+            },
+        )
+    wait_until(lambda: jobs.condition("geo", "Degraded") == "True", 30, what="Degraded")
+    assert node in jobs.status("geo")["degradedNodes"] and "NodeFault" in jobs.events("geo")
+    assert jobs.status("geo")["phase"] == "Running" and jobs.ray_names("rayjobs") == ["geo-a1"]
+    core.patch_node(
+        node,
+        {
+            "metadata": {"labels": {hp.NODE_HEALTH_STATUS: "Schedulable", hp.DEEP_HEALTH_CHECK_STATUS: "Passed"}},
+            "spec": {"taints": None},
+        },
+    )
+    wait_until(lambda: jobs.condition("geo", "Degraded") == "False", 30, what="Degraded cleared")
+
+
+def test_hang_without_heartbeat_restarts_the_attempt(jobs, operator, kuberay, hyperpod_nodes):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a*", "succeed-after=1")
+    kuberay.script("geo-a1", "hang")
+    jobs.create(cluster_job("geo", {"spec": {"resilience": {"hangTimeoutSeconds": 3}}}))
+    assert phases_until_done(jobs, "geo", timeout=90)[-1] == "Succeeded"
+    status = jobs.status("geo")
+    assert [a.get("failure") for a in status["attempts"]] == ["hang", None]
+    assert status["restarts"] == {"application": 1}
+
+
+def test_spent_infra_budget_fails_the_job_naming_the_budget(jobs, operator, kuberay, hyperpod_nodes, core):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(3)
+    kuberay.script("geo-a*", "hang,fail-on-node-loss")
+    jobs.create(cluster_job("geo", {"spec": {"resilience": {"maxInfraRestarts": 1}}}))
+    for attempt in (1, 2):
+        wait_until(
+            lambda a=attempt: jobs.status("geo").get("attempt") == a and jobs.condition("geo", "Training") == "True",
+            60,
+            what=f"attempt {attempt}",
+        )
+        worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
+        hyperpod_nodes.set_health(worker.spec.node_name, hp.NodeHealth.PENDING_REPLACEMENT)
+    assert phases_until_done(jobs, "geo", timeout=60)[-1] == "Failed"
+    status = jobs.status("geo")
+    assert "spec.resilience.maxInfraRestarts=1" in status["message"]
+    assert jobs.condition("geo", "Stalled") == "True" and status["restarts"] == {"infra": 2}
+    assert set(jobs.ray_names("rayjobs")) <= {"geo-a1", "geo-a2"}
+
+
+def test_storm_of_random_faults_on_ten_jobs_all_converge(
+    control_plane, api_client, namespace, mmrl_crd, operator, kuberay, hyperpod_nodes, core
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(12)
+    jobs = Jobs(api_client, namespace)
+    names = [f"storm-{i}" for i in range(10)]
+    kuberay.script("storm-*", "succeed-after=10,fail-on-node-loss")
+    for name in names:
+        jobs.create(cluster_job(name, {"spec": {"resilience": {"maxInfraRestarts": 20}}}))
+    rng = random.Random(11)
+    injected = 0
+    while injected < 20:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
+        busy = sorted({p.spec.node_name for p in pods if p.spec.node_name and p.status.phase == "Running"})
+        if not busy:
+            time.sleep(0.5)
+            continue
+        node = rng.choice(busy)
+        if injected % 2:
+            hyperpod_nodes.replace(node)
+        else:
+            hyperpod_nodes.set_health(node, hp.NodeHealth.PENDING_REBOOT)
+            time.sleep(0.5)
+            hyperpod_nodes.set_health(node, hp.NodeHealth.SCHEDULABLE)
+        injected += 1
+        time.sleep(rng.uniform(0.2, 1.0))
+    for name in names:
+        assert phases_until_done(jobs, name, timeout=180)[-1] == "Succeeded", name
+        status = jobs.status(name)
+        attempts = [int(n.rsplit("-a", 1)[1]) for n in jobs.ray_names("rayjobs") if n.startswith(name + "-a")]
+        assert max(attempts) == status["attempt"] == len(status["attempts"])
+        assert [a["index"] for a in status["attempts"]] == list(range(1, status["attempt"] + 1))
+        assert status.get("restarts", {}).get("application", 0) == 0
+    assert sorted(jobs.ray_names("rayclusters")) == sorted(names)
