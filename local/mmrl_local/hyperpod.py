@@ -1,33 +1,35 @@
-"""SageMaker HyperPod's node vocabulary (label, taint and resource names as HyperPod EKS uses them) plus
-the keys of mmrl-local's own fault-injection annotations. HyperPod's strings appear here once; the operator's
-constants module should import or mirror these, never retype them.
+"""SageMaker HyperPod's node vocabulary as the local fakes use it, plus the keys of mmrl-local's own
+fault-injection annotations. HyperPod's strings are defined once, in ``mmrl_operator.constants``, and only
+re-exported here, so the fakes and the operator cannot drift apart.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-SAGEMAKER = "sagemaker.amazonaws.com"
-NODE_HEALTH_STATUS = f"{SAGEMAKER}/node-health-status"
-DEEP_HEALTH_CHECK_STATUS = f"{SAGEMAKER}/deep-health-check-status"
-INSTANCE_GROUP_NAME = f"{SAGEMAKER}/instance-group-name"
-CLUSTER_NAME = f"{SAGEMAKER}/cluster-name"
-FAULT_TYPES = f"{SAGEMAKER}/fault-types"
-FAULT_REASONS = f"{SAGEMAKER}/fault-reasons"
-FAULT_DETAILS = f"{SAGEMAKER}/fault-details"  # an annotation holding JSON
+from mmrl_operator import constants as c
 
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-GPU = "nvidia.com/gpu"
-EFA = "vpc.amazonaws.com/efa"
+# HyperPod's own strings live once, in the operator's constants; the test tool reuses them.
+NODE_HEALTH_STATUS = c.HYPERPOD_HEALTH_LABEL
+DEEP_HEALTH_CHECK_STATUS = c.HYPERPOD_DEEP_HEALTH_LABEL
+INSTANCE_GROUP_NAME = c.HYPERPOD_INSTANCE_GROUP_LABEL
+CLUSTER_NAME = c.HYPERPOD_CLUSTER_LABEL
+FAULT_TYPES = c.HYPERPOD_FAULT_TYPES_LABEL
+FAULT_REASONS = c.HYPERPOD_FAULT_REASONS_LABEL
+FAULT_DETAILS = c.HYPERPOD_FAULT_DETAILS_ANNOTATION  # an annotation holding JSON
+
+INSTANCE_TYPE = c.INSTANCE_TYPE_LABEL
+GPU = c.GPU_RESOURCE
+EFA = c.EFA_RESOURCE
 
 
 class NodeHealth(StrEnum):
     """Values of the ``sagemaker.amazonaws.com/node-health-status`` label."""
 
-    SCHEDULABLE = "Schedulable"
-    UNSCHEDULABLE = "Unschedulable"  # deep health check running
-    PENDING_REBOOT = "UnschedulablePendingReboot"
-    PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
+    SCHEDULABLE = c.HEALTH_SCHEDULABLE
+    UNSCHEDULABLE = c.HEALTH_UNSCHEDULABLE  # deep health check running
+    PENDING_REBOOT = c.HEALTH_PENDING_REBOOT
+    PENDING_REPLACEMENT = c.HEALTH_PENDING_REPLACEMENT
 
 
 # HyperPod taints a node whose health status is not Schedulable.
