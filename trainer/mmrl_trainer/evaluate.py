@@ -26,7 +26,16 @@ def held_out_reward(
 ) -> float:
     import torch
 
-    torch.manual_seed(seed)
+    # fork_rng: evaluating at a checkpoint must not shift the training RNG stream, or a resumed run (which
+    # restores the RNG saved before the evaluation) would diverge from an uninterrupted one.
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return _mean_reward(model, processor, examples, score, samples, temperature, max_new_tokens, batch)
+
+
+def _mean_reward(model, processor, examples, score, samples, temperature, max_new_tokens, batch) -> float:
+    import torch
+
     total, count = 0.0, 0
     was_training = model.training
     model.eval()

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from mmrl_trainer.progress import ProgressReporter
 
 log = logging.getLogger("mmrl_trainer.local")
 STAGING = ".trl-staging"
+EVAL_AT_CHECKPOINT = 64  # held-out prompts scored at each checkpoint; the final evaluation uses all of them
 
 
 @dataclass
@@ -94,7 +96,9 @@ def lora_config(cfg: TrainerConfig):
     )
 
 
-def make_callbacks(cfg: TrainerConfig, reporter: ProgressReporter, n_steps: int):
+def make_callbacks(
+    cfg: TrainerConfig, reporter: ProgressReporter, n_steps: int, evaluator: Callable[[Any], float] | None = None
+):
     from transformers import TrainerCallback
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -110,7 +114,10 @@ def make_callbacks(cfg: TrainerConfig, reporter: ProgressReporter, n_steps: int)
             dst = ckpt.begin_step(root, state.global_step)
             os.replace(src, dst / "policy")
             done = ckpt.commit_step(root, state.global_step, keep=cfg.checkpoint.keep)
-            reporter.report(state.global_step, n_steps, {"event": "checkpoint"}, checkpoint=done, force=True)
+            metrics: dict[str, Any] = {"event": "checkpoint"}
+            if evaluator is not None and kwargs.get("model") is not None:
+                metrics["eval_reward"] = evaluator(kwargs["model"])
+            reporter.report(state.global_step, n_steps, metrics, checkpoint=done, force=True)
             return control
 
     class ReportProgress(TrainerCallback):
@@ -169,6 +176,23 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
     reporter = ProgressReporter.from_config(cfg)
 
     processor = AutoProcessor.from_pretrained(model_path, revision=cfg.model.revision)
+    score = resolve(cfg.dataset.reward)
+    held_out = (
+        load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1)
+        if evaluate and cfg.dataset.validation
+        else []
+    )
+
+    def evaluator(policy, limit: int | None = EVAL_AT_CHECKPOINT) -> float:
+        return held_out_reward(
+            policy,
+            processor,
+            held_out[:limit],
+            score,
+            temperature=cfg.algorithm.temperature,
+            max_new_tokens=cfg.algorithm.max_response_length,
+        )
+
     model = AutoModelForImageTextToText.from_pretrained(model_path, revision=cfg.model.revision, dtype=torch.float32)
     # Seed before peft wraps the model so the LoRA init, and hence the whole run, depends only on cfg.seed.
     set_seed(cfg.seed)
@@ -182,7 +206,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
         train_dataset=datasets.Dataset.from_list(to_trl_rows(train)),
         processing_class=processor,
         peft_config=lora_config(cfg),
-        callbacks=make_callbacks(cfg, reporter, n_steps),
+        callbacks=make_callbacks(cfg, reporter, n_steps, evaluator if held_out else None),
     )
     if resume is not None:
         log.info("resuming from step %d at %s", resume.step, resume.path)
@@ -191,17 +215,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
 
     policy = trainer.model
     info = export_adapter(policy, cfg.export_dir, base_model=cfg.model.name)
-    reward = None
-    if evaluate and cfg.dataset.validation:
-        held_out = load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1)
-        reward = held_out_reward(
-            policy,
-            processor,
-            held_out,
-            resolve(cfg.dataset.reward),
-            temperature=cfg.algorithm.temperature,
-            max_new_tokens=cfg.algorithm.max_response_length,
-        )
+    reward = evaluator(policy, None) if held_out else None
     summary = {"event": "finished", "held_out_reward": reward}
     reporter.report(final_step, n_steps, summary, checkpoint=reporter.checkpoint, force=True)
     shutil.rmtree(staging, ignore_errors=True)
