@@ -3,6 +3,10 @@ deletion. The operator runs as a subprocess exactly as it would in its Deploymen
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from kubernetes import client
 
@@ -52,6 +56,28 @@ def test_successful_attempt_walks_the_phases_in_order(jobs, operator, kuberay, n
     events = wait_until(lambda: (e := jobs.events("geo")) and "Succeeded" in e and e, 10)
     assert events.index("RayClusterCreated") < events.index("AttemptStarted") < events.index("Succeeded")
     assert jobs.ray_names("rayjobs") == ["geo-a1"]
+
+
+def test_kubectl_columns_and_mmrl_status_show_the_job(jobs, operator, kuberay, nodes_ready, control_plane):
+    kuberay.script("geo-a*", "succeed-after=1")
+    jobs.create(cluster_job("geo"))
+    phases_until_done(jobs, "geo")
+    jobs.patch_status("geo", {"progress": {"step": 40, "totalSteps": 40, "rewardMean": 0.75}})
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+    kubectl = str(control_plane.binaries["kubectl"])
+    table = subprocess.run([kubectl, "get", "mmrl", "-n", jobs.ns], env=env, capture_output=True, text=True, check=True)
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["NAME", "PHASE", "STEP", "REWARD", "ATTEMPT", "AGE"]
+    assert row.split()[:5] == ["geo", "Succeeded", "40", "0.75", "1"]
+    out = subprocess.run(
+        [sys.executable, "-m", "mmrl_operator.cli", "status", "geo", "-n", jobs.ns],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "phase=Succeeded" in out and "step 40/40" in out and "#1 geo-a1 initial -> Succeeded" in out
+    assert "AttemptStarted" in out
 
 
 def test_spec_update_propagates_and_immutable_fields_are_rejected(jobs, operator, kuberay, hyperpod_nodes):
