@@ -75,5 +75,9 @@ up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
+bench: bins ## print recovery latency (20 HyperPod faults) and trainer seconds per step
+	$(VPY) bench/recovery.py --faults 20
+	$(VPY) bench/trainer_step.py
+
 clean-cache: ## drop the cached virtualenvs and binaries
 	rm -rf $(MMRL_CACHE)

@@ -70,3 +70,16 @@ Quantity = Annotated[
     Field(json_schema_extra={INT_OR_STRING_KEY: True, "pattern": QUANTITY_PATTERN}),
 ]
 """A Kubernetes resource quantity; accepts YAML integers (`cpu: 4`) like the apiserver does."""
+
+
+def exactly_one_cel(a: str, b: str) -> dict[str, str]:
+    """CEL for "exactly one of the optional fields a and b" (camelCase wire names)."""
+    return cel(f"has(self.{a}) != has(self.{b})", f"set exactly one of {a} or {b}")
+
+
+def require_exactly_one(model: BaseModel, a: str, b: str) -> None:
+    """The Python side of `exactly_one_cel`, with the same message."""
+    by_alias = {(f.alias or n): n for n, f in type(model).model_fields.items()}
+    present = [getattr(model, by_alias[name]) is not None for name in (a, b)]
+    if present[0] == present[1]:
+        raise ValueError(f"set exactly one of {a} or {b}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules
+from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, require_exactly_one
 from mmrl_operator.api.spec import DNS_LABEL, S3_URI
 
 
@@ -33,9 +33,7 @@ class S3Checkpoint(ApiModel):
 class CheckpointSpec(ApiModel):
     """Where checkpoints go: exactly one of pvc or s3. Each job writes `<root>/<namespace>/<name>-<uid8>/`."""
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": cel_rules(cel("has(self.pvc) != has(self.s3)", "set exactly one of pvc or s3"))
-    }
+    model_config = ApiModel.model_config | {"json_schema_extra": cel_rules(exactly_one_cel("pvc", "s3"))}
 
     pvc: PVCCheckpoint | None = None
     s3: S3Checkpoint | None = None
@@ -46,8 +44,7 @@ class CheckpointSpec(ApiModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CheckpointSpec:
-        if (self.pvc is None) == (self.s3 is None):
-            raise ValueError("set exactly one of pvc or s3")
+        require_exactly_one(self, "pvc", "s3")
         return self
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_operator.api.base import ApiModel, cel, cel_rules
+from mmrl_operator.api.base import ApiModel, cel, cel_rules, exactly_one_cel, require_exactly_one
 from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -215,12 +215,7 @@ class EnvVarSource(ApiModel):
     """Where an environment variable's value comes from (exactly one)."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": cel_rules(
-            cel(
-                "has(self.secretKeyRef) != has(self.configMapKeyRef)",
-                "set exactly one of secretKeyRef or configMapKeyRef",
-            )
-        )
+        "json_schema_extra": cel_rules(exactly_one_cel("secretKeyRef", "configMapKeyRef"))
     }
 
     secret_key_ref: SecretKeyRef | None = None
@@ -228,8 +223,7 @@ class EnvVarSource(ApiModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> EnvVarSource:
-        if (self.secret_key_ref is None) == (self.config_map_key_ref is None):
-            raise ValueError("set exactly one of secretKeyRef or configMapKeyRef")
+        require_exactly_one(self, "secretKeyRef", "configMapKeyRef")
         return self
 
 
@@ -281,12 +275,7 @@ class EnvFromSource(ApiModel):
     """A whole Secret or ConfigMap exposed as environment variables (exactly one)."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": cel_rules(
-            cel(
-                "has(self.secretRef) != has(self.configMapRef)",
-                "set exactly one of secretRef or configMapRef",
-            )
-        )
+        "json_schema_extra": cel_rules(exactly_one_cel("secretRef", "configMapRef"))
     }
 
     secret_ref: NameRef | None = None
@@ -294,8 +283,7 @@ class EnvFromSource(ApiModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> EnvFromSource:
-        if (self.secret_ref is None) == (self.config_map_ref is None):
-            raise ValueError("set exactly one of secretRef or configMapRef")
+        require_exactly_one(self, "secretRef", "configMapRef")
         return self
 
 
