@@ -1,10 +1,12 @@
 """Datasets with images: load parquet/jsonl (or the synthetic demo task) and convert rows for each backend.
 
-Every source is read into `Example`s (prompt, PIL images, answer, extra). Images may be PIL objects, Hugging Face
-`{"bytes", "path"}` structs, file paths (relative paths resolve against the data file), file:// URIs, `data:` URIs
-or bare base64. The TRL rows put `{"type": "image"}` placeholders in the chat and the images in an `images` column;
-the SkyRL rows follow SkyRL's VLM dataset contract: a chat `prompt` whose image parts are `image_url` base64 data
-URIs, plus `env_class`, `reward_spec{method, ground_truth}`, `data_source` and `extra_info`.
+Every source (a local or mounted path, pvc://, s3:// through pyarrow's filesystem, hf:// through `datasets`, or
+synthetic://) is read into `Example`s (prompt, PIL images, answer, extra). Images may be PIL objects, Hugging Face
+`{"bytes", "path"}` structs, file paths (relative ones resolve against the data file's directory, on the same
+filesystem), s3:// or file:// URIs, `data:` URIs or bare base64. The TRL rows put `{"type": "image"}` placeholders
+in the chat and the images in an `images` column; the SkyRL rows follow SkyRL's VLM dataset contract: a chat
+`prompt` whose image parts are `image_url` base64 data URIs, plus `env_class`, `reward_spec{method, ground_truth}`,
+`data_source` and `extra_info`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import base64
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from PIL import Image
 
@@ -33,28 +36,54 @@ def resolve_uri(uri: str) -> str:
     return uri.removeprefix("file://")
 
 
-def decode_image(value: Any, base_dir: Path | None = None) -> Image.Image:
+def decode_image(value: Any, read: Callable[[str], bytes | None] | None = None) -> Image.Image:
+    """An image from PIL, HF `{"bytes", "path"}`, raw bytes, a data: URI, a path/URI `read` can fetch, or base64."""
     if isinstance(value, Image.Image):
         return value.convert("RGB")
     if isinstance(value, dict):
         if value.get("bytes"):
-            return decode_image(value["bytes"], base_dir)
-        return decode_image(value.get("path") or value.get("url") or "", base_dir)
+            return decode_image(value["bytes"], read)
+        return decode_image(value.get("path") or value.get("url") or "", read)
     if isinstance(value, bytes | bytearray):
         return Image.open(io.BytesIO(value)).convert("RGB")
     if not isinstance(value, str) or not value:
         raise ValueError(f"cannot read an image from {type(value).__name__} {str(value)[:40]!r}")
     if value.startswith("data:"):
-        return decode_image(base64.b64decode(value.split(",", 1)[1]), base_dir)
-    path = Path(value.removeprefix("file://"))
-    if not path.is_absolute() and base_dir is not None and (base_dir / path).exists():
-        path = base_dir / path
-    if path.exists():
-        return Image.open(path).convert("RGB")
+        return decode_image(base64.b64decode(value.split(",", 1)[1]))
+    content = (read or _read_local(None))(value)
+    if content is not None:
+        return decode_image(content)
     try:
-        return decode_image(base64.b64decode(value, validate=True), base_dir)
+        return decode_image(base64.b64decode(value, validate=True))
     except ValueError as err:
-        raise ValueError(f"image {value[:60]!r} is neither an existing file nor base64") from err
+        raise ValueError(f"image {value[:60]!r} is neither a readable file nor base64") from err
+
+
+def _read_local(base_dir: Path | None) -> Callable[[str], bytes | None]:
+    def read(ref: str) -> bytes | None:
+        path = Path(ref.removeprefix("file://"))
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        try:
+            return path.read_bytes() if len(ref) < 4096 and path.is_file() else None
+        except OSError:
+            return None
+
+    return read
+
+
+def _read_s3(fs, base: str) -> Callable[[str], bytes | None]:
+    def read(ref: str) -> bytes | None:
+        if len(ref) >= 4096 or ref.startswith(("data:", "/")):
+            return None
+        path = ref.removeprefix("s3://") if ref.startswith("s3://") else f"{base.rstrip('/')}/{ref}"
+        try:
+            with fs.open_input_stream(path) as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    return read
 
 
 def image_data_uri(image: Image.Image) -> str:
@@ -63,50 +92,86 @@ def image_data_uri(image: Image.Image) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _read_records(path: Path, fmt: str) -> Iterable[dict[str, Any]]:
-    files = sorted(path.glob(f"*.{fmt}")) if path.is_dir() else [path]
+def _fs_records(fs, path: str, fmt: str) -> tuple[Iterable[dict[str, Any]], str]:
+    """Rows of one parquet/jsonl file or of every such file in a directory, on a pyarrow filesystem."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise ValueError(f"{path} does not exist")
+    if info.type == pafs.FileType.Directory:
+        selector = pafs.FileSelector(path, recursive=False)
+        files = sorted(f.path for f in fs.get_file_info(selector) if f.path.endswith(f".{fmt}"))
+        base = path
+    else:
+        files, base = [path], path.rsplit("/", 1)[0]
+        fmt = "jsonl" if path.endswith(".jsonl") else "parquet" if path.endswith(".parquet") else fmt
     if not files:
         raise ValueError(f"{path}: no *.{fmt} files")
-    for file in files:
-        if fmt == "jsonl":
-            with open(file) as fh:
-                yield from (json.loads(line) for line in fh if line.strip())
-        else:
-            import pyarrow.parquet as pq
 
-            yield from pq.read_table(file).to_pylist()
+    def rows() -> Iterable[dict[str, Any]]:
+        for file in files:
+            if fmt == "jsonl":
+                with fs.open_input_stream(file) as fh:
+                    yield from (json.loads(line) for line in fh.read().decode().splitlines() if line.strip())
+            else:
+                yield from pq.read_table(file, filesystem=fs).to_pylist()
+
+    return rows(), base
+
+
+def _hf_records(uri: str) -> Iterable[dict[str, Any]]:
+    """hf://org/name?split=train&config=default through `datasets` (honours HF_HUB_OFFLINE and the cache)."""
+    import datasets
+
+    parsed = urlparse(uri)
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    name = f"{parsed.netloc}{parsed.path}".strip("/")
+    return datasets.load_dataset(name, query.get("config"), split=query.get("split", "train"))
+
+
+def _records(uri: str, fmt: str) -> tuple[Iterable[dict[str, Any]], Callable[[str], bytes | None]]:
+    if uri.startswith("hf://"):
+        return _hf_records(uri), _read_local(None)
+    if uri.startswith("s3://"):
+        import pyarrow.fs as pafs
+
+        fs, path = pafs.FileSystem.from_uri(uri)  # credentials from the pod's environment (IRSA on EKS)
+        rows, base = _fs_records(fs, path, fmt)
+        return rows, _read_s3(fs, base)
+    import pyarrow.fs as pafs
+
+    path = Path(resolve_uri(uri))
+    rows, base = _fs_records(pafs.LocalFileSystem(), str(path), fmt)
+    return rows, _read_local(Path(base))
 
 
 def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example]:
     """Read a dataset URI into Examples; field names come from the DatasetSpec."""
     if uri.startswith("synthetic://"):
         return synthetic_examples(uri, default_seed=seed)
-    if uri.startswith(("s3://", "hf://")):
-        raise ValueError(
-            f"dataset {uri!r}: the local backend reads local or mounted files; stage the data on the PVC, "
-            "or use backend=skyrl, whose image can read remote sources"
-        )
-    path = Path(resolve_uri(uri))
-    if not path.exists():
-        raise ValueError(f"dataset {uri!r}: {path} does not exist")
-    fmt = path.suffix.lstrip(".") if path.is_file() and path.suffix in (".jsonl", ".parquet") else spec.format
-    base_dir = path if path.is_dir() else path.parent
-    out = []
-    for i, rec in enumerate(_read_records(path, fmt)):
-        for name in (spec.prompt_field, spec.answer_field):
-            if name not in rec:
-                raise ValueError(f"{uri} row {i}: missing field {name!r} (dataset.{name} names the column)")
-        raw = rec.get(spec.images_field) or []
-        raw = raw if isinstance(raw, list) else [raw]
-        extra = {k: v for k, v in rec.items() if k not in (spec.prompt_field, spec.answer_field, spec.images_field)}
-        out.append(
-            Example(
-                prompt=rec[spec.prompt_field],
-                images=[decode_image(v, base_dir) for v in raw],
-                answer=str(rec[spec.answer_field]),
-                extra={"index": i, **_jsonable(extra)},
+    try:
+        rows, read = _records(uri, spec.format)
+        out = []
+        for i, rec in enumerate(rows):
+            for field, column in (("promptField", spec.prompt_field), ("answerField", spec.answer_field)):
+                if column not in rec:
+                    raise ValueError(f"row {i}: missing column {column!r} (named by dataset.{field})")
+            raw = rec.get(spec.images_field) or []
+            raw = raw if isinstance(raw, list) else [raw]
+            skip = (spec.prompt_field, spec.answer_field, spec.images_field)
+            extra = {k: v for k, v in rec.items() if k not in skip}
+            out.append(
+                Example(
+                    prompt=rec[spec.prompt_field],
+                    images=[decode_image(v, read) for v in raw],
+                    answer=str(rec[spec.answer_field]),
+                    extra={"index": i, **_jsonable(extra)},
+                )
             )
-        )
+    except (OSError, ValueError) as err:
+        raise ValueError(f"dataset {uri!r}: {err}") from err
     return out
 
 

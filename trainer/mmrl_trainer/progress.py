@@ -64,7 +64,10 @@ def kube_patcher(namespace: str, name: str, *, timeout: float = 5.0) -> Patcher:
 def progress_body(
     step: int, total_steps: int | None, reward_mean: float | None, checkpoint: Checkpoint | None, heartbeat: str
 ) -> dict[str, Any]:
-    progress: dict[str, Any] = {"step": step, "totalSteps": total_steps, "heartbeat": heartbeat}
+    # None values are left out: in a merge patch they would delete what an earlier report set.
+    progress: dict[str, Any] = {"step": step, "heartbeat": heartbeat}
+    if total_steps is not None:
+        progress["totalSteps"] = total_steps
     if reward_mean is not None:
         progress["rewardMean"] = round(float(reward_mean), 6)
     if checkpoint is not None:

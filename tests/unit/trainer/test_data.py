@@ -52,13 +52,45 @@ def test_parquet_directory_with_hf_image_structs(tmp_path: Path) -> None:
 
 def test_missing_column_names_the_spec_field(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text(json.dumps({"prompt": "x", "images": []}))
-    with pytest.raises(ValueError, match="missing field 'answer'"):
-        data.load_examples(str(tmp_path / "t.jsonl"), DatasetSpec(train=str(tmp_path / "t.jsonl"), format="jsonl"))
+    spec = DatasetSpec(train=str(tmp_path / "t.jsonl"), format="jsonl")
+    with pytest.raises(ValueError, match=r"missing column 'answer' \(named by dataset\.answerField\)"):
+        data.load_examples(spec.train, spec)
 
 
-def test_remote_sources_are_refused_by_the_local_backend_with_the_fix() -> None:
-    with pytest.raises(ValueError, match="stage the data on the PVC"):
-        data.load_examples("s3://bucket/train.parquet", DatasetSpec(train="s3://bucket/train.parquet"))
+def test_missing_path_is_reported_with_the_uri(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        data.load_examples(str(tmp_path / "nope.parquet"), DatasetSpec(train=str(tmp_path / "nope.parquet")))
+
+
+def test_object_store_reader_resolves_relative_images_on_the_same_filesystem(tmp_path: Path) -> None:
+    # The s3:// path runs exactly this code with pyarrow's S3FileSystem; a LocalFileSystem stands in for it here.
+    import pyarrow.fs as pafs
+
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.png").write_bytes(png((9, 9, 9)))
+    (tmp_path / "part.jsonl").write_text(json.dumps({"prompt": "p", "images": ["imgs/a.png"], "answer": "a"}))
+    fs = pafs.LocalFileSystem()
+    rows, base = data._fs_records(fs, str(tmp_path), "jsonl")
+    read = data._read_s3(fs, base)
+    rec = next(iter(rows))
+    assert data.decode_image(rec["images"][0], read).getpixel((0, 0)) == (9, 9, 9)
+
+
+def test_hf_uris_go_through_datasets_with_split_and_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(name, config=None, split=None):
+        calls.append((name, config, split))
+        img = Image.new("RGB", (4, 4), (7, 8, 9))
+        return datasets.Dataset.from_list([{"problem": "q", "images": [img], "answer": "4"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    spec = DatasetSpec(train="hf://hiyouga/geometry3k?split=test", prompt_field="problem")
+    ex = data.load_examples(spec.train, spec)
+    assert calls == [("hiyouga/geometry3k", None, "test")]
+    assert ex[0].answer == "4" and ex[0].images[0].getpixel((0, 0)) == (7, 8, 9)
 
 
 def test_synthetic_colours_are_reproducible_and_parameterised() -> None:

@@ -169,11 +169,13 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
     configure_threads()
     root = ckpt.local_dir(cfg.checkpoint.dir)
     root.mkdir(parents=True, exist_ok=True)
+    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
+    reporter = ProgressReporter.from_config(cfg)
+    # Beat once before the slow part (model build/load, data) so hang detection sees a live attempt at once.
+    reporter.report(resume.step if resume else 0, None, {"event": "starting"}, checkpoint=resume, force=True)
     model_path = resolve_model(cfg.model)
     train = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
     n_steps = total_steps(cfg, len(train))
-    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
-    reporter = ProgressReporter.from_config(cfg)
 
     processor = AutoProcessor.from_pretrained(model_path, revision=cfg.model.revision)
     score = resolve(cfg.dataset.reward)
