@@ -95,6 +95,9 @@ class _Decider:
     def run(self) -> Plan:
         self.status.job_dir = job_dir(self.job)
         self.adopt_orphan_attempt()
+        if self._failed_reason() == "InvalidSpec" and self.status.observed_generation != self.gen:
+            self.status.phase = "Pending"  # the spec was fixed: an invalid spec never started anything to keep
+            self.status.finished_at = None
         if self.status.phase in ("Succeeded", "Failed"):
             self.finished()
         elif self.spec.suspend:

@@ -193,3 +193,17 @@ def test_failure_after_a_worker_was_recreated_mid_attempt_is_infra() -> None:
     failed = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=recreated)
     plan = decide(j, 1, failed, T0 + timedelta(seconds=30))
     assert plan.status["attempts"][0]["failure"] == "infra"
+
+
+def test_fixing_an_invalid_spec_lets_the_job_start() -> None:
+    invalid = {
+        "phase": "Failed",
+        "message": "invalid spec: spec.lora.rank: ...",
+        "observedGeneration": 1,
+        "conditions": [{"type": "Stalled", "status": "True", "reason": "InvalidSpec", "message": "x"}],
+    }
+    j = job(status=invalid)
+    assert decide(j, 1, Observed(), T0).status["phase"] == "Failed"  # same generation: still invalid
+    plan = decide(j, 2, Observed(), T0)
+    assert plan.status["phase"] == "Provisioning" and "RayCluster/geo" in kinds(plan)
+    assert cond(plan, "Stalled") == "False"

@@ -1,0 +1,11 @@
+"""Make every test, and every process a test starts (operator, trainer, stand-in entrypoints), import this
+checkout's sources — not whichever checkout last ran `pip install -e .` into the shared cached venv."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [str(ROOT / d) for d in ("operator", "trainer", "local")]
+os.environ["PYTHONPATH"] = os.pathsep.join([*SOURCES, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
