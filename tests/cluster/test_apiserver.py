@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from ray_factories import RAY, raycluster
 
 from mmrl_local import build
+from tests.cluster.ray_factories import RAY, raycluster
 
 pytestmark = pytest.mark.cluster
 

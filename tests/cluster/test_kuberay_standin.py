@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
-from ray_factories import RAY, raycluster, rayjob
 
 from mmrl_local import procs
+from tests.cluster.ray_factories import RAY, raycluster, rayjob
 
 pytestmark = pytest.mark.cluster
 

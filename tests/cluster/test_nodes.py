@@ -7,9 +7,9 @@ import re
 
 import pytest
 from kubernetes import client
-from test_workloads import deployment
 
 from mmrl_local import hyperpod as hp
+from tests.cluster.test_workloads import deployment
 
 pytestmark = pytest.mark.cluster
 
