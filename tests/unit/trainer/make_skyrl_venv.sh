@@ -11,6 +11,6 @@ export UV_CACHE_DIR=${UV_CACHE_DIR:-$CACHE/uv}
 "$UV" venv -q --python "${PYTHON:-python3}" "$VENV"
 "$UV" pip install -q --python "$VENV/bin/python" --no-deps skyrl==0.3.0 skyrl-gym==0.4.0
 "$UV" pip install -q --python "$VENV/bin/python" omegaconf pyyaml pandas requests loguru pydantic aiohttp pillow \
-  typing_extensions torch==2.15.0 ray==2.60.0
+  typing_extensions jaxtyping torch==2.15.0 ray==2.60.0
 "$VENV/bin/python" -c "import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict; \
 from skyrl.train.config import SkyRLTrainConfig; import skyrl_gym; print('skyrl venv ready:', '$VENV')"

@@ -83,15 +83,18 @@ def test_cli_form_lowercases_booleans() -> None:
     assert cli == ["a.b=true", "c=null", "d=3e-05"]
 
 
-# SkyRL needs Python 3.12 and its own pins; when a venv with it exists (MMRL_SKYRL_PYTHON, or the throwaway one at
-# ~/.cache/mmrl/skyrl-venv), its own config class parses our overrides and rejects unknown keys.
+# SkyRL needs Python 3.12 and its own pins; when a venv with it exists (MMRL_SKYRL_PYTHON, or the throwaway one
+# make_skyrl_venv.sh builds at ~/.cache/mmrl/skyrl-venv), its own config class parses our overrides (rejecting
+# unknown keys) and its validate_cfg checks them.
 _SKYRL_PY = Path(os.environ.get("MMRL_SKYRL_PYTHON", Path.home() / ".cache/mmrl/skyrl-venv/bin/python"))
 _VALIDATE = r"""
 import json, sys, typing
 if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
     import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
 from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.utils.utils import validate_cfg
 c = SkyRLTrainConfig.from_cli_overrides(json.load(sys.stdin))
+validate_cfg(c)  # SkyRL's own cross-field checks (batch divisibility, placement, LoRA/VLM constraints)
 print(json.dumps({
     "lora_rank": c.trainer.policy.model.lora.rank,
     "targets": list(c.trainer.policy.model.lora.target_modules),
