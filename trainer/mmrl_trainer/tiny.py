@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mmrl_trainer.synthetic import COLOURS, QUESTION, colour_examples
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -33,13 +33,14 @@ WORDS = sorted(
     {*COLOURS, "What", "what", "colour", "colours", "color", "is", "the", "image", "?", "Answer", "answer"}
     | {"with", "one", "word", ".", "it", "a", "system", "user", "assistant", "maybe", "or", "not", "I", "see"}
 )
-# Qwen-style template: the processor expands each <|image_pad|> to the image's merged patch count.
+# Qwen-style template: the processor expands each <|image_pad|> to the image's merged patch count. Like Qwen3-VL's,
+# it accepts both TRL's {"type": "image"} parts and SkyRL's {"type": "image_url"} parts.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "<|im_start|>{{ message['role'] }}\n"
     "{%- if message['content'] is string -%}{{ ' ' + message['content'] }}"
     "{%- else -%}{%- for part in message['content'] -%}"
-    "{%- if part['type'] == 'image' -%}<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- if part['type'] in ('image', 'image_url') -%}<|vision_start|><|image_pad|><|vision_end|>"
     "{%- elif part['type'] == 'text' -%}{{ ' ' + part['text'] }}{%- endif -%}"
     "{%- endfor -%}{%- endif -%}<|im_end|>\n"
     "{%- endfor -%}"

@@ -207,3 +207,49 @@ def test_final_adapter_is_exported_from_the_newest_complete_skyrl_step(tmp_path:
     exported = export_final_adapter(cfg)
     assert exported == tmp_path / "adapter"
     assert json.loads((exported / "adapter_config.json").read_text())["r"] == 32
+
+
+_DATASET = r"""
+import json, sys, typing
+if sys.version_info < (3, 12):
+    import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
+import skyrl_gym
+from transformers import AutoTokenizer
+from skyrl.train.dataset import PromptDataset
+from mmrl_trainer.backends.skyrl import ENV_ENTRY_POINT
+parquet, tokenizer_dir = sys.argv[1:3]
+ds = PromptDataset([parquet], AutoTokenizer.from_pretrained(tokenizer_dir), max_prompt_length=64, num_workers=1)
+skyrl_gym.envs.register(id="mmrl_reward", entry_point=ENV_ENTRY_POINT, kwargs={"reward": {"name": "exact_match"}})
+out = []
+for i in range(len(ds)):
+    messages, env_class, extras, _ = ds[i]
+    env = skyrl_gym.make(env_class, env_config={}, extras=extras)
+    truth = extras["reward_spec"]["ground_truth"]
+    parts = [p["type"] for p in messages[0]["content"]]
+    out.append([env_class, parts, env.step(truth)["reward"], env.step(truth + " " + truth)["reward"]])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_skyrl_prompt_dataset_reads_our_rows_and_feeds_our_env(tmp_path: Path) -> None:
+    from mmrl_trainer.data import to_skyrl_rows, write_parquet
+    from mmrl_trainer.synthetic import colour_examples
+    from mmrl_trainer.tiny import build_tokenizer
+
+    parquet = write_parquet(
+        to_skyrl_rows(colour_examples(3, 0), data_source="synthetic://colors"), tmp_path / "t.parquet"
+    )
+    build_tokenizer().save_pretrained(tmp_path / "tok")
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}:{root / 'trainer'}"}
+    run = subprocess.run(
+        [str(_SKYRL_PY), "-c", _DATASET, str(parquet), str(tmp_path / "tok")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    assert rows == [["mmrl_reward", ["image_url", "text"], 1.0, 0.0]] * 3
