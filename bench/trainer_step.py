@@ -11,10 +11,13 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "trainer")]  # measure this checkout, not another install
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MMRL_TORCH_THREADS", "1")
 
