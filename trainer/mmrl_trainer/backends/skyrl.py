@@ -130,13 +130,17 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
     latest = ckpt.latest_complete(cfg.checkpoint.dir)
     if latest is None:
         raise RuntimeError(f"no complete checkpoint under {cfg.checkpoint.dir} to export the adapter from")
-    found = sorted(latest.path.rglob("adapter_config.json"))
-    if not found:
-        raise RuntimeError(f"{latest.path} has no LoRA adapter (adapter_config.json)")
+    # SkyRL's FSDP strategy writes the PEFT adapter to global_step_N/policy/lora_adapter/.
+    source = latest.path / "policy" / "lora_adapter"
+    if not (source / "adapter_config.json").is_file():
+        found = sorted(latest.path.rglob("adapter_config.json"))
+        if not found:
+            raise RuntimeError(f"{latest.path} has no LoRA adapter (adapter_config.json)")
+        source = found[0].parent
     target = Path(cfg.export_dir)
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(found[0].parent, target)
+    shutil.copytree(source, target)
     check_vllm_compatible(target)
     return target
 
