@@ -196,7 +196,15 @@ class KubeRayStandIn:
                     and p["metadata"]["labels"].get("ray.io/node-type") == want.node_type
                 ]
                 for _ in range(want.count - len(live)):
-                    self.core.create_namespaced_pod(ns, sc.build_pod(cluster, want))
+                    try:
+                        self.core.create_namespaced_pod(ns, sc.build_pod(cluster, want))
+                    except ApiException as err:
+                        # Admission refusals (a ServiceAccount not there yet, or already garbage-collected
+                        # with its owner) are what KubeRay reports as an event and retries; not a stand-in bug.
+                        if err.status not in (403, 404, 409):
+                            raise
+                        log.warning("cannot create a %s pod for %s/%s yet: %s", want.node_type, ns, name, err.reason)
+                        break
                 for pod in live[want.count :] if want.node_type == "worker" else []:
                     self.core.delete_namespaced_pod(pod["metadata"]["name"], ns, grace_period_seconds=0)
         service = sc.head_service_name(name) if not suspended else None

@@ -129,6 +129,7 @@ def test_degrading_signals_report_but_do_not_stop_training(jobs, operator, kuber
     hyperpod_nodes.gpu(1)
     kuberay.script("geo-a*", "hang")
     jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
     worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
     node = worker.spec.node_name
     if signal == "taint":
