@@ -127,6 +127,14 @@ def make_callbacks(
                 metrics = {k: float(v) for k, v in logs.items() if k in keep and v is not None}
                 metrics["completion_length"] = logs.get("completions/mean_length")
                 reporter.report(state.global_step, n_steps, metrics)
+                log.info(
+                    "step %d/%d reward=%.3f loss=%.4f step_time=%.3fs",
+                    state.global_step,
+                    n_steps,
+                    metrics.get("reward", float("nan")),
+                    metrics.get("loss", float("nan")),
+                    metrics.get("step_time", float("nan")),
+                )
             return control
 
     return [CommitCheckpoint(), ReportProgress()]
@@ -157,7 +165,7 @@ def configure_threads() -> None:
 def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
     import datasets
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
+    from transformers import AutoModelForImageTextToText, AutoProcessor, PrinterCallback, set_seed
     from trl import GRPOConfig, GRPOTrainer
 
     from mmrl_trainer.adapter import export_adapter
@@ -210,6 +218,8 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
         peft_config=lora_config(cfg),
         callbacks=make_callbacks(cfg, reporter, n_steps, evaluator if held_out else None),
     )
+    # One concise log line per step (ReportProgress) instead of transformers' raw dict printing.
+    trainer.remove_callback(PrinterCallback)
     if resume is not None:
         log.info("resuming from step %d at %s", resume.step, resume.path)
     trainer.train(resume_from_checkpoint=str(resume.path / "policy") if resume else None)
