@@ -3,9 +3,11 @@ deletion. The operator runs as a subprocess exactly as it would in its Deploymen
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 from kubernetes import client
@@ -132,3 +134,13 @@ def test_deleting_the_job_garbage_collects_every_child(jobs, operator, kuberay, 
         return not (jobs.ray_names("rayclusters") or jobs.ray_names("rayjobs") or cms or sas)
 
     wait_until(gone, 60, what="children garbage-collected")
+
+
+def test_liveness_and_metrics_endpoints_answer(jobs, operator, kuberay, nodes_ready):
+    kuberay.script("geo-a*", "succeed-after=1")
+    jobs.create(cluster_job("geo"))
+    phases_until_done(jobs, "geo")
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5) as r:
+        assert r.status == 200 and json.loads(r.read())["leader"] is True
+    assert operator.metric("mmrl_attempts_started_total") == 1
+    assert operator.metric("mmrl_reconcile_duration_seconds_count") > 0

@@ -43,6 +43,7 @@ class OperatorProcess:
         self.kubeconfig, self.log_path, self.standalone = kubeconfig, log_path, standalone
         self.namespaces, self.extra_env, self.identity = namespaces or [], env or {}, identity
         self.metrics_port = free_port()
+        self.liveness_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
@@ -52,7 +53,7 @@ class OperatorProcess:
             "mmrl_operator.cli",
             "operator",
             "--liveness",
-            "",
+            f"http://127.0.0.1:{self.liveness_port}/healthz",
             "--metrics-port",
             str(self.metrics_port),
         ]
