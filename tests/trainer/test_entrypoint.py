@@ -40,3 +40,16 @@ def test_s3_checkpoint_dir_on_the_local_backend_exits_3(tiny_model: Path, tmp_pa
 def test_tiny_alias_resolves_to_the_cached_build(tiny_model: Path) -> None:
     assert Path(resolve_model(ModelSpec(name=TINY_MODEL))) == tiny_model
     assert (tiny_model / "config.json").is_file() and (tiny_model / "tokenizer.json").is_file()
+
+
+def test_prompts_longer_than_max_prompt_length_are_dropped(tiny_model: Path) -> None:
+    from transformers import AutoProcessor
+
+    from mmrl_trainer.backends.local import drop_long_prompts
+    from mmrl_trainer.synthetic import colour_examples
+
+    processor = AutoProcessor.from_pretrained(tiny_model)
+    examples = colour_examples(4, 0)
+    assert len(drop_long_prompts(examples, processor, 64)) == 4  # question + 4 image tokens + chat markup ≈ 22
+    with pytest.raises(ValueError, match=r"maxPromptLength 16"):
+        drop_long_prompts(examples, processor, 16)

@@ -2,11 +2,12 @@
 
 One training step is one batch of `trainBatchSize` prompts x `samplesPerPrompt` completions and one optimizer
 update (miniBatchSize and microBatchSizePerGpu are GPU memory knobs of the SkyRL backend; a single-node job
-updates once per step). Checkpoints use SkyRL's layout so the operator's resume logic does not care which backend
-wrote them: TRL saves `checkpoint-N` into a staging folder, and a callback moves it to
-`<dir>/global_step_N/policy/` and commits it (manifest, then the marker, atomically). Resume hands the newest
-complete step to `Trainer.train(resume_from_checkpoint=...)`, which restores the LoRA weights, optimizer,
-scheduler, RNG states and data position. The final adapter is exported in PEFT format and checked for vLLM.
+updates once per step). Prompts longer than `maxPromptLength` (image tokens included) are dropped, as SkyRL does.
+Checkpoints use SkyRL's layout so the operator's resume logic does not care which backend wrote them: TRL saves
+`checkpoint-N` into a staging folder, and a callback moves it to `<dir>/global_step_N/policy/` and commits it
+(manifest, then the marker, atomically). Resume hands the newest complete step to
+`Trainer.train(resume_from_checkpoint=...)`, which restores the LoRA weights, optimizer, scheduler, RNG states
+and data position. The final adapter is exported in PEFT format and checked for vLLM.
 """
 
 from __future__ import annotations
@@ -152,6 +153,27 @@ def _reward_fn(cfg: TrainerConfig):
     return mmrl_reward
 
 
+def drop_long_prompts(examples: list, processor, max_tokens: int) -> list:
+    """Keep prompts that fit `maxPromptLength` with their image tokens, as SkyRL's PromptDataset filters them."""
+    from mmrl_trainer.data import chat_messages
+
+    kept = []
+    for e in examples:
+        text = processor.apply_chat_template(
+            chat_messages(e, lambda i, img: {"type": "image"}), add_generation_prompt=True
+        )
+        n = len(processor(text=[text], images=[e.images] if e.images else None)["input_ids"][0])
+        if n <= max_tokens:
+            kept.append(e)
+    if len(kept) < len(examples):
+        log.warning(
+            "dropped %d of %d prompts longer than %d tokens", len(examples) - len(kept), len(examples), max_tokens
+        )
+    if not kept:
+        raise ValueError(f"algorithm.maxPromptLength {max_tokens}: every prompt is longer (images included)")
+    return kept
+
+
 def configure_threads() -> None:
     import torch
 
@@ -183,9 +205,10 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
     reporter.report(resume.step if resume else 0, None, {"event": "starting"}, checkpoint=resume, force=True)
     model_path = resolve_model(cfg.model)
     train = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
-    n_steps = total_steps(cfg, len(train))
 
     processor = AutoProcessor.from_pretrained(model_path, revision=cfg.model.revision)
+    train = drop_long_prompts(train, processor, cfg.algorithm.max_prompt_length)
+    n_steps = total_steps(cfg, len(train))
     score = resolve(cfg.dataset.reward)
     held_out = (
         load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1)
