@@ -22,7 +22,9 @@ STAMP := $(VENV)/.mmrl-ready
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock
+# No file prerequisite on purpose: the directory name already hashes the lock's content, and a fresh clone's
+# lock file is always newer than the stamp, which would rebuild (and --clear) a perfectly good venv.
+$(STAMP):
 	@echo ">> creating $(VENV)"
 	$(PYTHON) -m venv --clear $(VENV)
 	$(VPY) -m pip install --quiet --disable-pip-version-check 'uv>=0.5'

@@ -83,3 +83,11 @@ def require_exactly_one(model: BaseModel, a: str, b: str) -> None:
     present = [getattr(model, by_alias[name]) is not None for name in (a, b)]
     if present[0] == present[1]:
         raise ValueError(f"set exactly one of {a} or {b}")
+
+
+def not_below(value: float, data: dict[str, Any], other: str) -> float:
+    """The Python side of a `self.x >= self.other` rule: `other` is the snake_case field validated before x."""
+    floor = data.get(other)
+    if floor is not None and value < floor:
+        raise ValueError(f"{value} is below {to_camel(other)} {floor}")
+    return value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, require_exactly_one
+from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
 from mmrl_operator.api.spec import DNS_LABEL, S3_URI
 
 
@@ -74,10 +74,7 @@ class ResilienceSpec(ApiModel):
     @field_validator("max_backoff_seconds")
     @classmethod
     def _backoff_order(cls, ceiling: int, info: ValidationInfo) -> int:
-        floor = info.data.get("backoff_seconds")
-        if floor is not None and ceiling < floor:
-            raise ValueError(f"{ceiling} is below backoffSeconds {floor}")
-        return ceiling
+        return int(not_below(ceiling, info.data, "backoff_seconds"))
 
 
 class InferenceResources(ApiModel):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_operator.api.base import ApiModel, cel, cel_rules, exactly_one_cel, require_exactly_one
+from mmrl_operator.api.base import ApiModel, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
 from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -146,10 +146,7 @@ class AlgorithmSpec(ApiModel):
     @field_validator("clip_eps_high")
     @classmethod
     def _clip_order(cls, high: float, info: ValidationInfo) -> float:
-        low = info.data.get("clip_eps_low")
-        if low is not None and high < low:
-            raise ValueError(f"{high} is below clipEpsLow {low}")
-        return high
+        return not_below(high, info.data, "clip_eps_low")
 
 
 RewardName = Literal["exact_match", "multiple_choice", "numeric", "custom"]
