@@ -12,7 +12,8 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/trainer:$(CURDIR)/local$(if $(
 
 # The virtualenv is keyed by the lock file, so a clean clone reuses a warm one and a dependency change
 # builds a new one instead of mutating the old.
-VENV_KEY := $(shell cat requirements.lock 2>/dev/null | sha256sum | cut -c1-12)
+# Comments ("# via ...") do not change what gets installed, so they do not change the key.
+VENV_KEY := $(shell grep -v '^ *\#' requirements.lock 2>/dev/null | sha256sum | cut -c1-12)
 VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
