@@ -151,8 +151,10 @@ class Jobs:
         return sorted(o["metadata"]["name"] for o in self.ray(plural))
 
     def events(self, name: str) -> list[str]:
+        """Reasons in the order the events were created. Event timestamps have one-second resolution, so several
+        events of one pass tie; on this test apiserver resourceVersion is etcd's revision, which orders them."""
         items = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
-        return [e.reason for e in sorted(items, key=lambda e: e.first_timestamp or e.metadata.creation_timestamp)]
+        return [e.reason for e in sorted(items, key=lambda e: int(e.metadata.resource_version))]
 
     def condition(self, name: str, ctype: str) -> str | None:
         for cond in self.status(name).get("conditions") or []:
