@@ -24,7 +24,7 @@ from mmrl_operator.observed import Observed, PodInfo
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
 
 log = logging.getLogger("mmrl.controller")
-OPERATOR_OWNED = "progress"
+TRAINER_OWNED = "progress"  # status.progress is written by the trainer only
 
 NodeLookup = Callable[[str], "dict[str, Any] | None"]
 
@@ -64,9 +64,9 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
 
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Merge patch from old to new status, leaving the trainer's `progress` alone; keys that vanished → null."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if k != OPERATOR_OWNED and old.get(k) != v}
+    patch: dict[str, Any] = {k: v for k, v in new.items() if k != TRAINER_OWNED and old.get(k) != v}
     for key in old:
-        if key not in new and key != OPERATOR_OWNED:
+        if key not in new and key != TRAINER_OWNED:
             patch[key] = None
     return patch
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from mmrl_operator import constants as c
 from mmrl_operator.api import MultimodalRLJob
-from mmrl_operator.api.status import Attempt, JobStatus
+from mmrl_operator.api.status import MAX_ATTEMPT_HISTORY, Attempt, JobStatus
 from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
@@ -342,8 +342,6 @@ class _Decider:
         self.event("Normal", "Succeeded", self.status.message)
 
     def finish(self) -> Plan:
-        from mmrl_operator.api.status import MAX_ATTEMPT_HISTORY
-
         self.status.attempts = self.status.attempts[-MAX_ATTEMPT_HISTORY:]
         self.status.observed_generation = self.gen
         if self.status.phase not in ("Failed",):
