@@ -49,6 +49,11 @@ class Plan:
     requeue_after: float | None = None
 
 
+def budget_of(failure: str) -> str:
+    """The restart budget a failure class spends: infra, or application (application and hang)."""
+    return "infra" if failure == "infra" else "application"
+
+
 def ts(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -67,6 +72,8 @@ class _Decider:
         self.message = self.status.message or ""
         self.reason = ""
         self.due: list[datetime] = []
+        # Nodes hosting the job whose state means the running attempt must stop now.
+        self.stopping = [v for v in observed.nodes.values() if v.stop]
 
     # --- helpers -----------------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -86,6 +93,11 @@ class _Decider:
     def delete_rayjob(self, attempt: int) -> None:
         if attempt in self.obs.rayjobs:
             self.plan.delete.append(Delete(c.RAY_API_VERSION, "RayJob", rayjob_name(self.job.name, attempt)))
+
+    def stop_if_active(self, attempt: int) -> None:
+        rayjob = self.obs.rayjobs.get(attempt)
+        if rayjob is not None and rayjob_outcome(rayjob)[0] in ("Pending", "Running"):
+            self.delete_rayjob(attempt)
 
     def delete_raycluster(self) -> None:
         if self.obs.raycluster is not None:
@@ -134,9 +146,8 @@ class _Decider:
                 self.event("Normal", "ClusterDeleted", f"RayCluster deleted {ttl}s after the job finished")
             else:
                 self.due.append(due)
-        for attempt, rayjob in self.obs.rayjobs.items():
-            if rayjob_outcome(rayjob)[0] in ("Pending", "Running"):
-                self.delete_rayjob(attempt)  # a finished job leaves nothing running
+        for attempt in self.obs.rayjobs:
+            self.stop_if_active(attempt)  # a finished job leaves nothing running
         self.message = self.status.message or self.status.phase
         self.reason = self.status.phase if self.status.phase == "Succeeded" else self._failed_reason()
 
@@ -188,9 +199,8 @@ class _Decider:
 
     def infra_signal(self, attempt: Attempt) -> tuple[str | None, str | None]:
         """(node, message) when the infrastructure is to blame for this attempt's trouble, else (None, None)."""
-        stops = [v for v in self.obs.nodes.values() if v.stop]
-        if stops:
-            return stops[0].node, stops[0].message
+        if self.stopping:
+            return self.stopping[0].node, self.stopping[0].message
         if attempt.node:
             return attempt.node, f"node {attempt.node} reported a fault during the attempt"
         for pod in self.obs.pods:
@@ -218,11 +228,7 @@ class _Decider:
         elif cur.result == "Succeeded":
             self.succeed(cur)
         else:  # Failed or Stopped: wait for backoff and a ready cluster, then the next attempt
-            if self.obs.rayjobs.get(cur.index) and rayjob_outcome(self.obs.rayjobs[cur.index])[0] in (
-                "Pending",
-                "Running",
-            ):
-                self.delete_rayjob(cur.index)
+            self.stop_if_active(cur.index)
             if self.status.phase != "Failed":
                 self.start_when_ready(cur.failure or "resume")
 
@@ -237,7 +243,7 @@ class _Decider:
             return
         outcome, message = rayjob_outcome(rayjob)
         node, why = self.infra_signal(cur)
-        if [v for v in self.obs.nodes.values() if v.stop] and outcome in ("Pending", "Running"):
+        if self.stopping and outcome in ("Pending", "Running"):
             self.delete_rayjob(cur.index)
             self.end_attempt(cur, "infra", node, f"stopped: {why}")
         elif outcome == "Succeeded":
@@ -273,7 +279,7 @@ class _Decider:
     def end_attempt(self, cur: Attempt, kind: str, node: str | None, message: str) -> None:
         cur.result, cur.failure, cur.end_time = "Failed", kind, ts(self.now)  # type: ignore[assignment]
         cur.node, cur.message = node or cur.node, message[:1024]
-        budget = "infra" if kind == "infra" else "application"
+        budget = budget_of(kind)
         used = self.status.restarts.get(budget, 0) + 1
         self.status.restarts[budget] = used
         res = self.spec.resilience
@@ -291,7 +297,7 @@ class _Decider:
             return
         streak = 0
         for a in reversed(self.status.attempts):
-            if a.failure and ("infra" if a.failure == "infra" else "application") == budget:
+            if a.failure and budget_of(a.failure) == budget:
                 streak += 1
             else:
                 break
