@@ -20,6 +20,7 @@ from mmrl_local.controlplane import ControlPlane
 from mmrl_local.kuberay_standin import KubeRayStandIn
 from tests.support.cluster_setup import install_mmrl_crd
 from tests.support.operator import Jobs, OperatorProcess
+from tests.support.polling import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -127,14 +128,7 @@ def kuberay(
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
     """Poll ``predicate`` until it returns something truthy; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return wait_until(predicate, timeout, interval, what)
 
 
 @pytest.fixture

@@ -6,13 +6,10 @@ their Prometheus metrics, exactly as a platform team's deployment would behave.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +17,9 @@ from typing import Any
 
 from kubernetes import client
 
+from mmrl_local.controlplane import free_port
 from mmrl_operator import constants as c
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support import polling
 
 
 class OperatorProcess:
@@ -104,15 +97,8 @@ class OperatorProcess:
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(client.exceptions.ApiException):
-            last = pred()
-            if last:
-                return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}; last value {last!r}")
+    """Poll through transient API refusals (an object just created or being deleted) as well."""
+    return polling.wait_until(pred, timeout, interval, what, retry_on=(client.exceptions.ApiException,))
 
 
 class Jobs:

@@ -7,13 +7,11 @@ import threading
 import time
 
 from mmrl_operator.workqueue import WorkQueue
+from tests.support.polling import wait_until
 
 
 def wait_for(pred, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
+    wait_until(pred, timeout, interval=0.01, what="work queue state")
 
 
 def test_burst_of_adds_for_one_key_collapses_and_never_overlaps() -> None:
