@@ -18,6 +18,7 @@ import kopf
 from mmrl_operator import constants as c
 from mmrl_operator import metrics
 from mmrl_operator.controller import reconcile
+from mmrl_operator.health import health_signature
 from mmrl_operator.kube import Kube
 from mmrl_operator.leader import LeaderElector
 from mmrl_operator.workqueue import Key, WorkQueue
@@ -126,10 +127,13 @@ def _pod_event(type: str | None, name: str, namespace: str, labels: dict[str, st
 @kopf.on.event("", "v1", "nodes")
 def _node_event(type: str | None, name: str, body: kopf.Body, **_: Any) -> None:
     assert RUNTIME is not None
+    before = health_signature(RUNTIME.nodes.get(name))
     if type == "DELETED":
         RUNTIME.nodes.pop(name, None)
     else:
         RUNTIME.nodes[name] = {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
+    if health_signature(RUNTIME.nodes.get(name)) == before:
+        return  # heartbeats and unrelated edits change no verdict: wake no job
     for node, job in list(RUNTIME.pod_nodes.values()):
         if node == name:
             RUNTIME.queue.add(job)

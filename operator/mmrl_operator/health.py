@@ -78,3 +78,23 @@ def node_verdict(name: str, node: dict[str, Any] | None, *, hyperpod: bool = Tru
     if (node.get("spec") or {}).get("unschedulable"):
         return NodeVerdict(name, "degraded", "Cordoned", f"node {name} is cordoned")
     return NodeVerdict(name, "healthy", "Healthy", f"node {name} is healthy")
+
+
+def health_signature(node: dict[str, Any] | None) -> tuple[Any, ...]:
+    """Everything `node_verdict` reads, and nothing else: two nodes with the same signature get the same
+    verdict, so a heartbeat-only update (new timestamps) need not wake any job."""
+    if node is None:
+        return ("deleted",)
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    keys = (
+        c.HYPERPOD_HEALTH_LABEL,
+        c.HYPERPOD_DEEP_HEALTH_LABEL,
+        c.HYPERPOD_FAULT_TYPES_LABEL,
+        c.HYPERPOD_FAULT_REASONS_LABEL,
+    )
+    return (
+        _ready_condition(node),
+        _has_hyperpod_taint(node),
+        bool((node.get("spec") or {}).get("unschedulable")),
+        tuple(labels.get(k) for k in keys),
+    )

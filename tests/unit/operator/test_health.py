@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmrl_operator import constants as c
-from mmrl_operator.health import node_verdict
+from mmrl_operator.health import health_signature, node_verdict
 from tests.support.factories import node
 
 
@@ -51,3 +51,17 @@ def test_not_ready_and_deleted_stop_with_or_without_hyperpod() -> None:
 
 def test_hyperpod_labels_ignored_when_hyperpod_mode_is_off() -> None:
     assert node_verdict("n", node("n", "UnschedulablePendingReplacement"), hyperpod=False).severity == "healthy"
+
+
+def test_signature_ignores_heartbeats_and_tracks_every_input_of_the_verdict() -> None:
+    a = node("n")
+    beat = node("n")
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-02T10:00:00Z"
+    assert health_signature(a) == health_signature(beat)
+    for changed in (
+        node("n", "UnschedulablePendingReboot"),
+        node("n", ready=False),
+        node("n", **{c.HYPERPOD_FAULT_TYPES_LABEL: "GpuXid"}),
+        None,
+    ):
+        assert health_signature(changed) != health_signature(a)
