@@ -1,8 +1,9 @@
-"""`python -m mmrl_trainer --config FILE [--backend local|skyrl]`: the RayJob entrypoint.
+"""`python -m mmrl_trainer --config FILE [--attempt N] [--backend local|skyrl] [--check]`: the RayJob entrypoint.
 
-Exit codes are part of the contract with the operator: 0 the job trained and exported its adapter; 2 the command
-line or the config file is invalid; 3 the data, model or adapter is unusable (fix the spec, retrying will not
-help); 1 anything else (an unexpected failure, possibly transient). All non-zero codes are application failures.
+Exit codes are part of the contract with the operator (mmrl_trainer.contract): 0 the job trained and exported its
+adapter; 2 the command line or the config file is invalid; 3 the data, model or adapter is unusable (fix the spec,
+retrying will not help); 1 anything else (an unexpected failure, possibly transient). On failure the last line
+printed is `mmrl-trainer error: <message>`, which the operator copies into the job's status.
 """
 
 from __future__ import annotations
@@ -13,33 +14,68 @@ import sys
 
 from pydantic import ValidationError
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_BAD_INPUT = 0, 1, 2, 3
+from mmrl_trainer.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, error_line
+
+__all__ = ["EXIT_BAD_CONFIG", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "parse_args"]
 
 log = logging.getLogger("mmrl_trainer")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mmrl_trainer", description=__doc__.splitlines()[0])
+class _ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _ArgumentError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The trainer's command line; raises ValueError with argparse's message on a bad one."""
+    parser = _Parser(prog=f"python -m {MODULE}", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--config", required=True, help="TrainerConfig JSON (the operator's ConfigMap)")
+    parser.add_argument("--attempt", type=int, default=1, help="attempt number (RayJob <job>-a<N>), for logs/metrics")
     parser.add_argument("--backend", choices=["local", "skyrl"], help="override the config's backend")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    parser.add_argument("--check", action="store_true", help="validate the command line and config, then exit")
+    try:
+        args = parser.parse_args(argv)
+    except _ArgumentError as err:
+        raise ValueError(f"{parser.prog}: {err}") from None
+    if args.attempt < 1:
+        raise ValueError(f"--attempt {args.attempt}: attempts are numbered from 1")
+    return args
+
+
+def _fail(code: int, message: str) -> int:
+    print(error_line(message), file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except ValueError as err:
+        return _fail(EXIT_BAD_CONFIG, str(err))
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s attempt={args.attempt} %(message)s"
+    )
 
     from mmrl_trainer.config import TrainerConfig
 
     try:
         cfg = TrainerConfig.load(args.config)
     except (OSError, ValueError, ValidationError) as err:
-        log.error("config %s is invalid: %s", args.config, err)
-        return EXIT_BAD_CONFIG
+        return _fail(EXIT_BAD_CONFIG, f"config {args.config} is invalid: {err}")
     if args.backend:
         cfg = cfg.model_copy(update={"backend": args.backend})
     log.info("job %s/%s: backend=%s resume=%s", cfg.job.namespace, cfg.job.name, cfg.backend, cfg.resume)
+    if args.check:
+        return EXIT_OK
     try:
         if cfg.backend == "local":
             from mmrl_trainer.backends import local
 
-            result = local.run(cfg)
+            result = local.run(cfg, attempt=args.attempt)
             log.info(
                 "finished at step %d (resumed from %s); adapter %s; held-out reward %s",
                 result.final_step,
@@ -50,13 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from mmrl_trainer.backends import skyrl
 
-            skyrl.run(cfg)
+            skyrl.run(cfg, attempt=args.attempt)
     except ValueError as err:  # our loaders and the adapter check raise ValueError with a user-facing message
         log.error("%s", err)
-        return EXIT_BAD_INPUT
-    except Exception:
+        return _fail(EXIT_BAD_INPUT, str(err))
+    except Exception as err:
         log.exception("training failed")
-        return EXIT_FAILED
+        return _fail(EXIT_FAILED, f"training failed: {type(err).__name__}: {err}")
     return EXIT_OK
 
 

@@ -14,10 +14,12 @@ from mmrl_operator.api import MultimodalRLJob
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.volumes import CONFIG_FILE
 from mmrl_operator.names import raycluster_name, rayjob_name
+from mmrl_trainer.contract import entrypoint_command
 
 
 def trainer_entrypoint(attempt: int) -> str:
-    return f"python -m mmrl_trainer --config {CONFIG_FILE} --attempt {attempt}"
+    """The trainer reads the TrainerConfig where the job's ConfigMap is mounted on every Ray pod."""
+    return entrypoint_command(CONFIG_FILE, attempt)
 
 
 def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
