@@ -73,11 +73,12 @@ def train_until_killed(cfg_file: Path, job_dir: Path, timeout: float = 240) -> i
 
 def test_kill_after_checkpoint_then_resume_continues_with_identical_state(tiny_model: Path, tmp_path: Path) -> None:
     reference = make_config(tmp_path / "straight", tiny_model, maxSteps=STEPS, interval=INTERVAL)
-    # The uninterrupted run also evaluates at every checkpoint: that must not shift its training RNG stream.
+    # The uninterrupted run also evaluates the untrained policy (step 0) and every checkpoint: that must not shift its
+    # training RNG stream.
     straight = local.run(reference, evaluate=True)
     assert straight.final_step == STEPS and straight.resumed_from is None
     evals = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in evals if "eval_reward" in r] == [2, 4, 6]
+    assert [r["step"] for r in evals if "eval_reward" in r] == [0, 2, 4, 6]
 
     job_dir = tmp_path / "killed"
     cfg = make_config(job_dir, tiny_model, maxSteps=STEPS, interval=INTERVAL)

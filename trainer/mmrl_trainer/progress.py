@@ -1,8 +1,11 @@
 """Progress reporting: every step's metrics to a JSONL file, and a rate-limited patch of the job's status.progress.
 
 The patch is a JSON merge patch on the `status` subresource of the trainer's own MultimodalRLJob, sent with the
-pod's ServiceAccount (the operator grants it exactly this, by resourceNames) or KUBECONFIG when set. The operator's
-hang detection reads `heartbeat`, so it is only sent from the training loop (a hung loop must stop beating).
+pod's ServiceAccount (the operator grants it exactly this, by resourceNames) or KUBECONFIG when set. Every report
+names the attempt it comes from. `started` is sent once, before the slow start-up (model load, data): it says which
+checkpoint this attempt really resumed from (read from the checkpoint directory) and clears the previous attempt's
+heartbeat. The operator's hang detection reads `heartbeat`, so it is only sent from the training loop (a hung loop
+must stop beating); until the first one, the job's startup timeout applies instead.
 Reporting never fails training: API errors are logged and counted, and the next report simply tries again.
 """
 
@@ -61,17 +64,42 @@ def kube_patcher(namespace: str, name: str, *, timeout: float = 5.0) -> Patcher:
     return patch
 
 
+def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {"step": checkpoint.step, "path": str(checkpoint.path), "time": checkpoint.time}
+
+
+def started_body(attempt: int, resumed: Checkpoint | None) -> dict[str, Any]:
+    """The first report of an attempt. Explicit nulls remove the previous attempt's heartbeat and numbers."""
+    progress: dict[str, Any] = {
+        "attempt": attempt,
+        "resumedFromStep": resumed.step if resumed else None,
+        "step": resumed.step if resumed else 0,
+        "heartbeat": None,
+        "rewardMean": None,
+    }
+    if resumed is not None:
+        progress["lastCheckpoint"] = checkpoint_ref(resumed)
+    return {"status": {"progress": progress}}
+
+
 def progress_body(
-    step: int, total_steps: int | None, reward_mean: float | None, checkpoint: Checkpoint | None, heartbeat: str
+    step: int,
+    total_steps: int | None,
+    reward_mean: float | None,
+    checkpoint: Checkpoint | None,
+    heartbeat: str,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
     # None values are left out: in a merge patch they would delete what an earlier report set.
     progress: dict[str, Any] = {"step": step, "heartbeat": heartbeat}
+    if attempt is not None:
+        progress["attempt"] = attempt
     if total_steps is not None:
         progress["totalSteps"] = total_steps
     if reward_mean is not None:
         progress["rewardMean"] = round(float(reward_mean), 6)
     if checkpoint is not None:
-        progress["lastCheckpoint"] = {"step": checkpoint.step, "path": str(checkpoint.path), "time": checkpoint.time}
+        progress["lastCheckpoint"] = checkpoint_ref(checkpoint)
     return {"status": {"progress": progress}}
 
 
@@ -83,6 +111,7 @@ class ProgressReporter:
         *,
         min_interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        attempt: int | None = None,
     ) -> None:
         self.metrics_file = Path(metrics_file) if metrics_file else None
         self.patcher = patcher
@@ -93,14 +122,22 @@ class ProgressReporter:
         self.patch_failures = 0
         self.checkpoint: Checkpoint | None = None
         self.reward_mean: float | None = None
+        self.attempt = attempt
 
     @classmethod
-    def from_config(cls, cfg: TrainerConfig) -> ProgressReporter:
+    def from_config(cls, cfg: TrainerConfig, attempt: int | None = None) -> ProgressReporter:
         metrics = cfg.progress.metrics_file
         if metrics is None and not cfg.checkpoint.dir.startswith("s3://"):
             metrics = str(Path(cfg.checkpoint.dir) / "metrics.jsonl")
         patcher = kube_patcher(cfg.job.namespace, cfg.job.name) if cfg.progress.enabled else None
-        return cls(metrics, patcher, min_interval=cfg.progress.min_interval_seconds)
+        return cls(metrics, patcher, min_interval=cfg.progress.min_interval_seconds, attempt=attempt)
+
+    def started(self, resumed: Checkpoint | None) -> bool:
+        """Announce the attempt and the checkpoint it resumes from (None: a fresh start). No heartbeat."""
+        self.checkpoint = resumed
+        record = {"event": "started", "resumed_from_step": resumed.step if resumed else None}
+        self._append({"step": resumed.step if resumed else 0, "time": now_rfc3339(), "attempt": self.attempt, **record})
+        return self._send(started_body(self.attempt or 1, resumed))
 
     def report(
         self,
@@ -117,14 +154,22 @@ class ProgressReporter:
         if metrics.get("reward") is not None:
             self.reward_mean = float(metrics["reward"])
         heartbeat = now_rfc3339()
-        self._append({"step": step, "totalSteps": total_steps, "time": heartbeat, **metrics})
+        self._append({"step": step, "totalSteps": total_steps, "time": heartbeat, "attempt": self.attempt, **metrics})
         if self.patcher is None:
             return False
         now = self.clock()
         if not force and self.last_patch is not None and now - self.last_patch < self.min_interval:
             return False
         self.last_patch = now
-        body = progress_body(step, total_steps, self.reward_mean, self.checkpoint, heartbeat)
+        return self._send(progress_body(step, total_steps, self.reward_mean, self.checkpoint, heartbeat, self.attempt))
+
+    def record(self, step: int, metrics: dict[str, Any]) -> None:
+        """Append to the metrics file only (no status patch, no heartbeat): e.g. an evaluation before training."""
+        self._append({"step": step, "time": now_rfc3339(), "attempt": self.attempt, **metrics})
+
+    def _send(self, body: dict[str, Any]) -> bool:
+        if self.patcher is None:
+            return False
         try:
             self.patcher(body)
         except Exception as err:  # reporting must never stop training

@@ -184,7 +184,7 @@ def configure_threads() -> None:
         torch.set_num_threads(threads)
 
 
-def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
+def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None) -> LocalResult:
     import datasets
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor, PrinterCallback, set_seed
@@ -200,9 +200,10 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
     root = ckpt.local_dir(cfg.checkpoint.dir)
     root.mkdir(parents=True, exist_ok=True)
     resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
-    reporter = ProgressReporter.from_config(cfg)
-    # Beat once before the slow part (model build/load, data) so hang detection sees a live attempt at once.
-    reporter.report(resume.step if resume else 0, None, {"event": "starting"}, checkpoint=resume, force=True)
+    reporter = ProgressReporter.from_config(cfg, attempt=attempt)
+    # Before the slow part (model load, data): tell the operator which checkpoint this attempt really resumes from.
+    # No heartbeat yet: the startup timeout covers loading, the hang timeout starts with the first training step.
+    reporter.started(resume)
     model_path = resolve_model(cfg.model)
     train = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
 
@@ -227,6 +228,9 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True) -> LocalResult:
         )
 
     model = AutoModelForImageTextToText.from_pretrained(model_path, revision=cfg.model.revision, dtype=torch.float32)
+    if resume is None and held_out:
+        # The untrained policy's held-out reward: the "before" that every checkpoint's eval_reward compares with.
+        reporter.record(0, {"event": "baseline", "eval_reward": evaluator(model)})
     # Seed before peft wraps the model so the LoRA init, and hence the whole run, depends only on cfg.seed.
     set_seed(cfg.seed)
     staging = root / STAGING
