@@ -12,7 +12,7 @@ export UV_CACHE_DIR=${UV_CACHE_DIR:-$CACHE/uv}
 "$UV" venv -q --python "${PYTHON:-python3}" "$VENV"
 "$UV" pip install -q --python "$VENV/bin/python" --no-deps skyrl==0.3.0 skyrl-gym==0.4.0
 "$UV" pip install -q --python "$VENV/bin/python" omegaconf pyyaml pandas requests loguru pydantic aiohttp pillow \
-  typing_extensions jaxtyping multiprocess \
+  typing_extensions jaxtyping multiprocess torchdata \
   "transformers>=5.6.1,<=5.8.0" "datasets>=4.0.0" torch==2.15.0 ray==2.60.0
 "$VENV/bin/python" -c "import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict; \
 from skyrl.train.config import SkyRLTrainConfig; import skyrl_gym; print('skyrl venv ready:', '$VENV')"

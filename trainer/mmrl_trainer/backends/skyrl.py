@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.config import TrainerConfig
 from mmrl_trainer.data import SKYRL_ENV_CLASS
 
@@ -145,13 +146,14 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
     return target
 
 
-def run(cfg: TrainerConfig) -> Path | None:  # pragma: no cover - needs the GPU trainer image
+def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pragma: no cover - needs the GPU image
     import ray
     from skyrl.train.config import SkyRLTrainConfig
-    from skyrl.train.entrypoints.main_base import BasePPOExp
     from skyrl.train.utils import validate_cfg
     from skyrl.train.utils.utils import initialize_ray
 
+    # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
+    SkyRLProgress.from_config(cfg, attempt=attempt).started()
     data_dir = Path("/tmp/mmrl-data") if cfg.checkpoint.dir.startswith("s3://") else Path(cfg.checkpoint.dir) / "data"
     train_files, val_files = materialise_data(cfg, data_dir)
     skyrl_cfg = SkyRLTrainConfig.from_cli_overrides(
@@ -166,7 +168,8 @@ def run(cfg: TrainerConfig) -> Path | None:  # pragma: no cover - needs the GPU 
         import skyrl_gym
 
         skyrl_gym.envs.register(id=SKYRL_ENV_CLASS, entry_point=ENV_ENTRY_POINT, kwargs={"reward": reward})
-        BasePPOExp(skyrl_cfg).run()
+        # Progress and heartbeats come from SkyRL's training loop, which runs in this process.
+        experiment_class(SkyRLProgress.from_config(cfg, attempt=attempt))(skyrl_cfg).run()
 
     initialize_ray(skyrl_cfg)
     ray.get(entry.remote(skyrl_cfg))

@@ -1,0 +1,326 @@
+"""The SkyRL backend's progress hook: SkyRL metrics → our reports, checkpoints from the directory, SkyRL's own API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.backends.skyrl_progress import REWARD_KEY, SkyRLProgress, step_metrics
+from mmrl_trainer.progress import ProgressReporter
+
+# One step's log dict as SkyRL 0.3.0's RayPPOTrainer builds it (a subset; names from skyrl/train/trainer.py).
+SKYRL_LOGS: dict[str, Any] = {
+    "reward/avg_raw_reward": 0.375,
+    "reward/avg_pass_at_4": 0.75,
+    "reward/mean_positive_reward": 0.375,
+    "loss/avg_final_rewards": 0.375,
+    "policy/final_loss": -0.012,
+    "policy/policy_loss": -0.012,
+    "policy/policy_entropy": 1.5,
+    "policy/grad_norm": 0.8,
+    "policy/policy_lr": 3e-5,
+    "generate/avg_num_tokens": 12.0,
+    "timing/step": 41.5,
+    "timing/generate": 30.0,
+    "trainer/epoch": 0,
+    "trainer/global_step": 1,
+}
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def progress_of(patch: dict[str, Any]) -> dict[str, Any]:
+    return patch["status"]["progress"]
+
+
+def make(tmp_path: Path, ckpt_dir: str | None = None) -> tuple[SkyRLProgress, list[dict[str, Any]], Path]:
+    patches: list[dict[str, Any]] = []
+    metrics = tmp_path / "metrics.jsonl"
+    # A long interval: only the first report and the forced ones reach the API.
+    reporter = ProgressReporter(metrics, patches.append, min_interval=3600)
+    return SkyRLProgress(reporter, ckpt_dir or str(tmp_path / "ckpt")), patches, metrics
+
+
+def test_reward_is_skyrl_mean_raw_reward_and_other_scalars_keep_the_local_names() -> None:
+    assert REWARD_KEY == "reward/avg_raw_reward"
+    assert step_metrics(SKYRL_LOGS) == {
+        "reward": 0.375,
+        "pass_at_4": 0.75,
+        "loss": -0.012,
+        "entropy": 1.5,
+        "grad_norm": 0.8,
+        "learning_rate": 3e-5,
+        "completion_length": 12.0,
+        "step_time": 41.5,
+    }
+    bad = {REWARD_KEY: float("nan"), "policy/grad_norm": "x", "policy/policy_kl": True, "eval/all/avg_score": 0.5}
+    assert step_metrics(bad) == {"eval_reward": 0.5}
+    assert step_metrics(None) == {}
+
+
+def test_steps_and_rewards_reach_the_metrics_file_and_the_status(tmp_path: Path) -> None:
+    progress, patches, metrics = make(tmp_path)
+    progress.on_train_start(0, 6)
+    progress.on_log(1, 6, SKYRL_LOGS)
+    progress.on_log(2, 6, {**SKYRL_LOGS, REWARD_KEY: 0.5})
+    rows = records(metrics)
+    assert [(r["step"], r["totalSteps"], r.get("reward")) for r in rows] == [(0, 6, None), (1, 6, 0.375), (2, 6, 0.5)]
+    assert rows[1]["pass_at_4"] == 0.75 and rows[1]["step_time"] == 41.5
+    assert len(patches) == 1  # the start beat; the steps are rate-limited
+    assert progress_of(patches[0])["step"] == 0 and progress_of(patches[0])["totalSteps"] == 6
+    progress.on_train_end(2, 6)
+    last = progress_of(patches[-1])
+    assert (last["step"], last["totalSteps"], last["rewardMean"]) == (2, 6, 0.5)
+    assert last["heartbeat"].endswith("Z") and "lastCheckpoint" not in last
+
+
+def test_a_new_complete_checkpoint_is_attached_once_and_forces_the_patch(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    progress, patches, metrics = make(tmp_path)
+    progress.on_train_start(0, 6)
+    progress.on_log(1, 6, SKYRL_LOGS)
+
+    ckpt.begin_step(root, 2)  # half-written: no marker yet
+    progress.on_log(2, 6, SKYRL_LOGS)
+    assert len(patches) == 1
+
+    ckpt.commit_step(root, 2)
+    progress.on_save(2, 6)
+    assert len(patches) == 2
+    assert progress_of(patches[-1])["lastCheckpoint"]["step"] == 2
+    assert progress_of(patches[-1])["lastCheckpoint"]["path"] == str(root / "global_step_2")
+    progress.on_log(2, 6, SKYRL_LOGS)  # same checkpoint: nothing forced
+    progress.on_log(3, 6, SKYRL_LOGS)
+    assert len(patches) == 2
+
+    # SkyRL's own layout: the step's files, then latest_ckpt_global_step.txt; no manifest. Seen at the next log.
+    (root / "global_step_4" / "policy").mkdir(parents=True)
+    (root / "latest_ckpt_global_step.txt").write_text("4")
+    progress.on_log(4, 6, SKYRL_LOGS)
+    assert len(patches) == 3
+    last = progress_of(patches[-1])["lastCheckpoint"]
+    assert last["step"] == 4 and last["time"].endswith("Z")
+    rows = records(metrics)
+    assert [r["step"] for r in rows] == [0, 1, 2, 2, 2, 3, 4]
+    assert rows[3]["event"] == "checkpoint"
+
+
+def test_a_stale_marker_beyond_the_current_step_is_not_reported(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    ckpt.begin_step(root, 50)
+    ckpt.commit_step(root, 50)
+    progress, patches, _ = make(tmp_path)
+    progress.on_train_start(0, 6)
+    progress.on_log(1, 6, SKYRL_LOGS)
+    assert all("lastCheckpoint" not in progress_of(p) for p in patches)
+
+
+def test_started_names_the_resume_checkpoint(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    ckpt.begin_step(root, 3)
+    ckpt.commit_step(root, 3)
+    progress, patches, metrics = make(tmp_path)
+    progress.started()
+    assert records(metrics)[0]["step"] == 3
+    assert progress_of(patches[0])["lastCheckpoint"]["step"] == 3
+    progress.on_train_start(3, 6)  # SkyRL's loop starts at the resumed step
+    assert progress_of(patches[-1])["step"] == 3
+    assert progress_of(patches[-1])["lastCheckpoint"]["step"] == 3
+
+
+def test_s3_checkpoint_dirs_report_steps_without_a_checkpoint(tmp_path: Path) -> None:
+    progress, patches, metrics = make(tmp_path, "s3://bucket/jobs/a")
+    progress.on_train_start(0, 2)
+    progress.on_save(1, 2)
+    progress.on_log(1, 2, SKYRL_LOGS)
+    assert records(metrics)[-1]["reward"] == 0.375
+    assert all("lastCheckpoint" not in progress_of(p) for p in patches)
+
+
+def test_a_failing_report_never_reaches_skyrl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    progress, _, _ = make(tmp_path)
+
+    def broken(root: Any) -> None:
+        raise OSError("stale file handle")
+
+    monkeypatch.setattr(ckpt, "latest_complete", broken)
+    progress.on_log(1, 6, SKYRL_LOGS)
+    progress.on_save(1, 6)
+    assert progress.report(1, 6, {}) is False
+
+
+# With SkyRL installed (the venv make_skyrl_venv.sh builds, or MMRL_SKYRL_PYTHON), the hook runs through SkyRL's own
+# classes. Code that needs more of SkyRL than that venv holds exits with SKIP and the test is skipped, saying why.
+_SKYRL_PY = Path(os.environ.get("MMRL_SKYRL_PYTHON", Path.home() / ".cache/mmrl/skyrl-venv/bin/python"))
+SKIP = 77
+_PRELUDE = r"""
+import json, sys, typing
+if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
+    import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
+from pathlib import Path
+from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class, training_callback
+from mmrl_trainer.progress import ProgressReporter
+metrics_file, ckpt_dir = sys.argv[1:3]
+patches = []
+progress = SkyRLProgress(ProgressReporter(metrics_file, patches.append, min_interval=3600), ckpt_dir)
+root = Path(ckpt_dir)
+
+def save_like_skyrl(step):  # RayPPOTrainer.save_checkpoints: the step's files, then the marker, last
+    (root / f"global_step_{step}" / "policy").mkdir(parents=True)
+    (root / f"global_step_{step}" / "trainer_state.pt").write_bytes(b"state")
+    (root / "latest_ckpt_global_step.txt").write_text(str(step))
+    return str(root / f"global_step_{step}")
+
+def payload(step):
+    return {"reward/avg_raw_reward": step / 10, "reward/avg_pass_at_4": 0.5, "policy/final_loss": 0.1,
+            "timing/step": 2.0, "trainer/epoch": 0, "trainer/global_step": step}
+"""
+
+# SkyRL's callback API driven as RayPPOTrainer.train drives it, with the tracker BasePPOExp.get_tracker builds.
+_CALLBACKS = r"""
+from skyrl.train.utils.callbacks import CallbackHandler, CallbackInput, TrainingCallback, TrainingControl
+from skyrl.train.utils.tracking import Tracking
+tracker = Tracking(project_name="mmrl", experiment_name="ns-job", backend="console", config=None)
+callback = training_callback(progress)
+assert isinstance(callback, TrainingCallback)
+handler, control = CallbackHandler([callback]), TrainingControl()
+
+def fire(event, step, **fields):
+    state = CallbackInput(global_step=step, epoch=0, total_steps=3, steps_per_epoch=3, **fields)
+    getattr(handler, event)(None, state, control)
+
+fire("on_train_start", 0)
+fire("on_epoch_start", 1)
+for step in (1, 2, 3):
+    fire("on_step_start", step)
+    fire("on_step_end", step, metrics={"final_loss": 0.1})
+    if step == 2:
+        fire("on_save", step, ckpt_path=save_like_skyrl(step))
+    fire("on_eval_start", step)
+    fire("on_eval_end", step, metrics={})
+    fire("on_log", step, logs=payload(step))
+    tracker.log(payload(step), step=step, commit=True)
+fire("on_epoch_end", 3)
+fire("on_save", 3, ckpt_path=save_like_skyrl(3))  # the final save after the loop
+fire("on_train_end", 3)
+tracker.finish()
+print(json.dumps(patches))
+"""
+
+# The real trainer: our BasePPOExp subclass builds SkyRL's RayPPOTrainer (its own total-step count) with the callback.
+_TRAINER = r"""
+try:
+    from skyrl.train.trainer import RayPPOTrainer
+except ModuleNotFoundError as err:
+    print(f"SkyRL's trainer is not importable in this venv ({err})"); sys.exit(77)
+from transformers import AutoTokenizer
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.utils.tracking import Tracking
+parquet, tokenizer_dir = sys.argv[3:5]
+cfg = SkyRLTrainConfig.from_cli_overrides(json.load(sys.stdin))
+tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+dataset = PromptDataset([parquet], tokenizer, max_prompt_length=cfg.trainer.max_prompt_length, num_workers=1)
+tracker = Tracking(cfg.trainer.project_name, cfg.trainer.run_name, backend=cfg.trainer.logger, config=cfg)
+cls = experiment_class(progress)
+exp = cls.__new__(cls)  # BasePPOExp.__init__ asks Ray for GPUs; get_trainer needs none of it
+exp.cfg = cfg
+trainer = exp.get_trainer(cfg=cfg, tracker=tracker, tokenizer=tokenizer, train_dataset=dataset, eval_dataset=None,
+                          inference_engine_client=None, generator=None, colocate_pg=None)
+assert isinstance(trainer, RayPPOTrainer), type(trainer)
+trainer._fire("on_train_start")
+for step in (1, 2):
+    trainer.global_step = step
+    if step == 2:
+        trainer._fire("on_save", ckpt_path=save_like_skyrl(step))
+    trainer._fire("on_log", logs=payload(step))
+    trainer.tracker.log(payload(step), step=step, commit=True)
+trainer._fire("on_train_end")
+print(json.dumps({"total": trainer.total_training_steps, "patches": patches}))
+"""
+
+
+def run_in_skyrl(script: str, *args: str, stdin: str | None = None) -> str:
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}:{root / 'trainer'}"}
+    run = subprocess.run(
+        [str(_SKYRL_PY), "-c", _PRELUDE + script, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    if run.returncode == SKIP:
+        pytest.skip(run.stdout.strip().splitlines()[-1])
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_skyrl_callback_api_reports_steps_rewards_and_checkpoints(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    patches = json.loads(run_in_skyrl(_CALLBACKS, str(metrics), str(tmp_path / "ckpt")))
+    rows = records(metrics)
+    steps = [(r["step"], r.get("reward"), r.get("event")) for r in rows]
+    assert steps == [
+        (0, None, "training"),
+        (1, 0.1, None),
+        (2, None, "checkpoint"),
+        (2, 0.2, None),
+        (3, 0.3, None),
+        (3, None, "checkpoint"),
+        (3, None, "finished"),
+    ]
+    assert all(r["totalSteps"] == 3 for r in rows)
+    # Sent: the start beat, both saves (each with its new checkpoint) and the end; the plain steps were rate-limited.
+    sent = [progress_of(p) for p in patches]
+    assert [(p["step"], p.get("lastCheckpoint", {}).get("step")) for p in sent] == [(0, None), (2, 2), (3, 3), (3, 3)]
+    assert sent[1]["rewardMean"] == 0.1 and sent[-1]["rewardMean"] == 0.3
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) -> None:
+    from mmrl_trainer.backends.skyrl import skyrl_overrides, to_cli
+    from mmrl_trainer.data import to_skyrl_rows, write_parquet
+    from mmrl_trainer.synthetic import colour_examples
+    from mmrl_trainer.tiny import build_tokenizer
+    from tests.unit.trainer.test_skyrl_overrides import reference_overrides
+
+    _, cfg = reference_overrides()
+    algorithm = cfg.algorithm.model_copy(update={"train_batch_size": 4, "mini_batch_size": 4, "epochs": 2})
+    cfg = cfg.model_copy(update={"algorithm": algorithm})
+    parquet = write_parquet(to_skyrl_rows(colour_examples(13, 0), data_source="colors"), tmp_path / "t.parquet")
+    build_tokenizer().save_pretrained(tmp_path / "tok")
+    overrides = to_cli(skyrl_overrides(cfg, train_files=[str(parquet)], val_files=[]))
+    # No Ray here: SkyRL's vLLM metrics scraper would ask Ray for its nodes while the trainer is built.
+    overrides.append("generator.inference_engine.enable_ray_prometheus_stats=false")
+    metrics = tmp_path / "metrics.jsonl"
+    out = json.loads(
+        run_in_skyrl(
+            _TRAINER,
+            str(metrics),
+            str(tmp_path / "ckpt"),
+            str(parquet),
+            str(tmp_path / "tok"),
+            stdin=json.dumps(overrides),
+        )
+    )
+    assert out["total"] == 6  # 13 prompts / batch 4 = 3 full batches a epoch, x 2 epochs: SkyRL's own count
+    rows = records(metrics)
+    assert [(r["step"], r["totalSteps"], r.get("reward")) for r in rows] == [
+        (0, 6, None),
+        (1, 6, 0.1),
+        (2, 6, None),
+        (2, 6, 0.2),
+        (2, 6, None),
+    ]
+    assert progress_of(out["patches"][-1])["lastCheckpoint"]["step"] == 2
