@@ -12,10 +12,11 @@ import math
 import re
 import string
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from mmrl_operator.api.spec import RewardSpec
 
-RewardFn = Callable[[str, str, Mapping[str, str]], float]
+RewardFn = Callable[[str, str, Mapping[str, Any]], float]
 
 _PUNCT = str.maketrans("", "", string.punctuation)
 _LETTER = re.compile(r"(?:^|[\s(\[])([A-Za-z])(?:$|[\s).\]:,])")
@@ -28,7 +29,7 @@ def normalize(text: str) -> str:
     return " ".join(text.lower().translate(_PUNCT).split())
 
 
-def exact_match(completion: str, ground_truth: str, params: Mapping[str, str] | None = None) -> float:
+def exact_match(completion: str, ground_truth: str, params: Mapping[str, Any] | None = None) -> float:
     """1.0 when the normalised completion equals the normalised answer (or any `|`-separated alternative)."""
     got = normalize(completion)
     return 1.0 if got and any(got == normalize(a) for a in ground_truth.split("|")) else 0.0
@@ -47,7 +48,7 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def multiple_choice(completion: str, ground_truth: str, params: Mapping[str, str] | None = None) -> float:
+def multiple_choice(completion: str, ground_truth: str, params: Mapping[str, Any] | None = None) -> float:
     """1.0 when exactly one option letter is chosen and it is the right one ('B', '(b)', 'Answer: B.').
 
     A completion naming several letters ('A or B') scores 0: hedging must not pay.
@@ -69,15 +70,20 @@ def _to_float(token: str) -> float | None:
         return None
 
 
-def numeric(completion: str, ground_truth: str, params: Mapping[str, str] | None = None) -> float:
+def _flag(value: object) -> bool:
+    """A boolean parameter written as YAML `true` or as the string "true"."""
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
+
+
+def numeric(completion: str, ground_truth: str, params: Mapping[str, Any] | None = None) -> float:
     """1.0 when the answer (last \\boxed{} if present, else the last number) is within tolerance of the truth.
 
     params: `tolerance` (relative, default 1e-6; absolute below 1), `require_boxed` ("true" → unboxed scores 0).
     """
     params = params or {}
-    tol = float(params.get("tolerance", "1e-6"))
+    tol = float(params.get("tolerance", 1e-6))
     boxed = _last_boxed(completion)
-    if boxed is None and params.get("require_boxed", "false").lower() == "true":
+    if boxed is None and _flag(params.get("require_boxed", False)):
         return 0.0
     source = _FRAC.sub(r"\1/\2", boxed if boxed is not None else completion)
     numbers = _NUMBER.findall(source.replace(",", ""))

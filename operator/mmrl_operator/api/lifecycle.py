@@ -69,7 +69,10 @@ class ResilienceSpec(ApiModel):
     """Delay before the first restart; doubles per consecutive failure of the same kind."""
     max_backoff_seconds: int = Field(default=600, ge=0, le=86400)
     hang_timeout_seconds: int = Field(default=1800, ge=0, le=604800)
-    """Restart a Running attempt whose trainer sent no heartbeat for this long; 0 disables."""
+    """Restart a running attempt whose trainer sent no heartbeat for this long after its first one; 0 disables."""
+    startup_timeout_seconds: int = Field(default=3600, ge=0, le=604800)
+    """Restart an attempt whose trainer has not sent its first heartbeat this long after the attempt started
+    (image pull, model download, vLLM engine start-up and loading all count); 0 disables."""
 
     @field_validator("max_backoff_seconds")
     @classmethod

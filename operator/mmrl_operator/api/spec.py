@@ -9,11 +9,19 @@ the operator's second line of defence; tests/unit/bad_specs holds the corpus tha
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
-from mmrl_operator.api.base import ApiModel, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
+from mmrl_operator.api.base import (
+    PRESERVE_UNKNOWN_KEY,
+    ApiModel,
+    cel,
+    cel_rules,
+    exactly_one_cel,
+    not_below,
+    require_exactly_one,
+)
 from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -150,6 +158,24 @@ class AlgorithmSpec(ApiModel):
 
 
 RewardName = Literal["exact_match", "multiple_choice", "numeric", "custom"]
+REWARD_PARAM_TYPES = "a string, number or boolean"
+
+
+def _scalar_param(value: object) -> object:
+    if not isinstance(value, str | bool | int | float):
+        raise ValueError(f"{value!r} must be {REWARD_PARAM_TYPES}")
+    return value
+
+
+# A scalar of any JSON type: YAML users write `tolerance: 0.0001` and `require_boxed: true`. Structural schemas cannot
+# say "string or number or boolean", and CEL cannot type an untyped value, so the CRD keeps the value untyped and
+# refuses non-empty lists and objects with maxItems/maxProperties 0 (which only apply to those types); the model
+# (mmrl validate, the operator) also refuses empty ones.
+RewardParam = Annotated[
+    str | bool | int | float,
+    BeforeValidator(_scalar_param),
+    WithJsonSchema({PRESERVE_UNKNOWN_KEY: True, "maxProperties": 0, "maxItems": 0}),
+]
 
 
 class RewardSpec(ApiModel):
@@ -161,7 +187,7 @@ class RewardSpec(ApiModel):
                 "(self.name == 'custom') == has(self.function)",
                 "function is required when name is custom, and only then",
                 ".function",
-            )
+            ),
         )
     }
 
@@ -170,8 +196,8 @@ class RewardSpec(ApiModel):
     numeric (a number or \\boxed{} answer within tolerance), or custom (see function)."""
     function: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """For name=custom: `package.module:function` importable in the trainer image."""
-    params: dict[str, str] = Field(default_factory=dict, max_length=16)
-    """Reward parameters as strings, e.g. {tolerance: "1e-4"} for numeric."""
+    params: dict[str, RewardParam] = Field(default_factory=dict, max_length=16)
+    """Reward parameters: strings, numbers or booleans, e.g. {tolerance: 1e-4, require_boxed: true} for numeric."""
 
     @field_validator("function")
     @classmethod

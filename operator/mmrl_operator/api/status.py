@@ -58,12 +58,18 @@ class CheckpointRef(StatusModel):
 class Progress(StatusModel):
     """Written by the trainer (rate-limited) through its own ServiceAccount."""
 
+    attempt: int | None = None
+    """The attempt whose trainer wrote this progress."""
+    resumed_from_step: int | None = None
+    """The checkpoint step this attempt's trainer actually resumed from (read from the checkpoint directory);
+    absent when it started from the base model."""
     step: int = 0
     total_steps: int | None = None
     reward_mean: float | None = None
     last_checkpoint: CheckpointRef | None = None
     heartbeat: str | None = None
-    """RFC 3339 time of the trainer's last report; the operator's hang detection reads it."""
+    """RFC 3339 time of the trainer's last training-loop report; the operator's hang detection reads it. Absent
+    until this attempt's first step (the startup timeout applies until then)."""
 
 
 class Attempt(StatusModel):

@@ -55,6 +55,9 @@ def test_multiple_choice_requires_exactly_one_correct_letter(completion: str, wa
         (r"first 3 then \boxed{7} and 9", "7", {}, 1.0),  # boxed wins over the last number
         ("so 3 then 7", "7", {}, 1.0),
         ("so 7", "7", {"require_boxed": "true"}, 0.0),
+        ("so 7", "7", {"require_boxed": True}, 0.0),
+        ("so 7", "7", {"require_boxed": False}, 1.0),
+        (r"\boxed{12.00001}", "12", {"tolerance": 1e-4}, 1.0),
         ("1,234", "1234", {}, 1.0),
         ("no number", "7", {}, 0.0),
         (r"\boxed{x}", "7", {}, 0.0),
@@ -80,3 +83,18 @@ def test_resolve_binds_params_of_builtin_rewards() -> None:
     loose = rewards.resolve(RewardSpec(name="numeric", params={"tolerance": "0.1"}))
     strict = rewards.resolve(RewardSpec(name="numeric"))
     assert (loose(r"\boxed{1.05}", "1"), strict(r"\boxed{1.05}", "1")) == (1.0, 0.0)
+
+
+def test_params_written_as_yaml_numbers_and_booleans_are_accepted_and_used() -> None:
+    import yaml
+
+    doc = yaml.safe_load("name: numeric\nparams: {tolerance: 0.1, require_boxed: true}")
+    spec = RewardSpec.model_validate(doc)
+    assert spec.params == {"tolerance": 0.1, "require_boxed": True}
+    score = rewards.resolve(spec)
+    assert (score(r"\boxed{1.05}", "1"), score("1.05", "1")) == (1.0, 0.0)
+
+
+def test_params_that_are_not_scalars_are_rejected_naming_the_key() -> None:
+    with pytest.raises(ValueError, match=r"params\.tolerance\n.*\[0\.1\] must be a string, number or boolean"):
+        RewardSpec.model_validate({"name": "numeric", "params": {"tolerance": [0.1]}})
