@@ -22,6 +22,7 @@ class Facts:
     cluster_ready: bool | None  # None: no cluster exists
     training: bool
     degraded_message: str | None
+    pod_problem: tuple[str, str] | None = None  # (reason, message) of a Ray pod that cannot start
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
@@ -30,12 +31,7 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         ("Ready", p in ("Succeeded", "Serving"), p, facts.message),
         ("Reconciling", p in IN_PROGRESS, p, facts.message),
         ("Stalled", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
-        (
-            "ClusterReady",
-            facts.cluster_ready,
-            "RayClusterReady" if facts.cluster_ready else "RayClusterNotReady",
-            "the Ray cluster is ready" if facts.cluster_ready else "waiting for the Ray cluster",
-        ),
+        _cluster_ready(facts),
         ("Training", facts.training, "AttemptRunning" if facts.training else p, facts.message),
         (
             "Degraded",
@@ -47,6 +43,15 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
         ("Suspended", p == "Suspended", p, facts.message),
     ]
+
+
+def _cluster_ready(facts: Facts) -> tuple[str, bool | None, str, str]:
+    if facts.cluster_ready:
+        return ("ClusterReady", True, "RayClusterReady", "the Ray cluster is ready")
+    if facts.pod_problem is not None:
+        reason, message = facts.pod_problem
+        return ("ClusterReady", facts.cluster_ready, reason, message)
+    return ("ClusterReady", facts.cluster_ready, "RayClusterNotReady", "waiting for the Ray cluster")
 
 
 def compute_conditions(previous: list[Condition], facts: Facts, now: str) -> list[Condition]:

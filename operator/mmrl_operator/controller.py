@@ -20,7 +20,7 @@ from mmrl_operator.api.job import MultimodalRLJob
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import Kube
 from mmrl_operator.names import attempt_of, raycluster_name
-from mmrl_operator.observed import Observed, PodInfo
+from mmrl_operator.observed import Observed, PodInfo, pod_problem
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
 
 log = logging.getLogger("mmrl.controller")
@@ -53,6 +53,7 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
                 phase=st.get("phase", ""),
                 reason=st.get("reason"),
                 terminating=bool(meta.get("deletionTimestamp")),
+                problem=pod_problem(p),
             )
         )
     lookup = node_lookup or kube.get_node

@@ -25,6 +25,8 @@ class PodInfo:
     phase: str
     reason: str | None = None
     terminating: bool = False
+    problem: tuple[str, str] | None = None
+    """(reason, message) when the pod cannot start or keeps failing: see `pod_problem`."""
 
     @property
     def evicted_or_lost(self) -> bool:
@@ -37,6 +39,38 @@ class Observed:
     rayjobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> RayJob
     pods: list[PodInfo] = field(default_factory=list)
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
+
+
+# Container waiting reasons that mean the pod will not become ready without someone changing something.
+STUCK_CONTAINER_REASONS = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+)
+
+
+def pod_problem(pod: dict[str, Any]) -> tuple[str, str] | None:
+    """Why a pod is stuck, as (reason, message), from what the scheduler and kubelet wrote into its status."""
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    if pod["metadata"].get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason"):
+            detail = " ".join((cond.get("message") or "no node fits").split())
+            return cond["reason"], f"pod {name} cannot be scheduled: {detail}"
+    containers = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    for cs in containers:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_CONTAINER_REASONS:
+            detail = " ".join((waiting.get("message") or "").split())
+            text = f"pod {name} container {cs.get('name')}: {waiting['reason']}"
+            return waiting["reason"], f"{text}: {detail}" if detail else text
+    return None
 
 
 def pod_set_digest(pods: list[PodInfo]) -> str:

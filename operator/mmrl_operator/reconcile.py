@@ -23,6 +23,7 @@ from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.names import job_dir, raycluster_name, rayjob_name
 from mmrl_operator.observed import Observed, desired_workers, pod_set_digest, raycluster_ready, rayjob_outcome
+from mmrl_trainer.contract import fatal_reason, last_error_line
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class _Decider:
         self.due: list[datetime] = []
         # Nodes hosting the job whose state means the running attempt must stop now.
         self.stopping = [v for v in observed.nodes.values() if v.stop]
+        # The first Ray pod that cannot start (unschedulable, image pull or crash loop), to tell the user why.
+        self.pod_problem = next((pod.problem for pod in observed.pods if pod.problem), None)
 
     # --- helpers -----------------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -89,6 +92,10 @@ class _Decider:
 
     def cluster_ready(self) -> bool | None:
         return raycluster_ready(self.obs.raycluster)
+
+    def waiting_for_cluster(self) -> str:
+        why = f": {self.pod_problem[1]}" if self.pod_problem else ""
+        return f"waiting for the Ray cluster to be ready{why}"
 
     def delete_rayjob(self, attempt: int) -> None:
         if attempt in self.obs.rayjobs:
@@ -232,20 +239,31 @@ class _Decider:
             if self.status.phase != "Failed":
                 self.start_when_ready(cur.failure or "resume")
 
+    def record_trainer_report(self, cur: Attempt) -> None:
+        """The step this attempt's trainer says it resumed from: read by the trainer from the checkpoint directory
+        when it started, so it is what really happened, not what the operator expected."""
+        prog = self.status.progress
+        if prog.attempt == cur.index and prog.resumed_from_step is not None:
+            cur.resumed_from_step = prog.resumed_from_step
+
     def track_running(self, cur: Attempt) -> None:
         # Faults seen while the attempt runs mark it infra-affected, even if the attempt survives them.
         for v in self.obs.nodes.values():
             if v.fault and cur.node is None:
                 cur.node = v.node
+        self.record_trainer_report(cur)
         rayjob = self.obs.rayjobs.get(cur.index)
         if rayjob is None:
             self.end_attempt(cur, "infra", None, f"RayJob {cur.ray_job} disappeared")
             return
         outcome, message = rayjob_outcome(rayjob)
         node, why = self.infra_signal(cur)
+        fatal = fatal_reason(message) if outcome == "Failed" and not (node or why) else None
         if self.stopping and outcome in ("Pending", "Running"):
             self.delete_rayjob(cur.index)
-            self.end_attempt(cur, "infra", node, f"stopped: {why}")
+            self.end_attempt(cur, "infra", node, f"stopped: {why}", result="Stopped")
+        elif fatal is not None:
+            self.fail_without_retry(cur, fatal, message)
         elif outcome == "Succeeded":
             cur.result, cur.end_time = "Succeeded", ts(self.now)
             self.event("Normal", "AttemptSucceeded", f"attempt {cur.index} succeeded")
@@ -253,32 +271,53 @@ class _Decider:
         elif outcome == "Failed":
             kind = "infra" if (node or why) else "application"
             self.end_attempt(cur, kind, node, f"{message}; {why}" if why else message)
-        elif self.hung(cur):
+        elif (silence := self.silent_too_long(cur)) is not None:
             self.delete_rayjob(cur.index)
-            self.end_attempt(
-                cur, "hang", None, f"no progress heartbeat for {self.spec.resilience.hang_timeout_seconds}s"
-            )
+            self.end_attempt(cur, "hang", None, silence)
+        elif outcome == "Running":
+            self.set_phase("Running", f"attempt {cur.index} is training")
+        elif self.pod_problem is not None:
+            self.set_phase("Running", f"attempt {cur.index} is waiting: {self.pod_problem[1]}", self.pod_problem[0])
         else:
-            running = outcome == "Running"
-            self.set_phase("Running", f"attempt {cur.index} {'is training' if running else 'is being submitted'}")
+            self.set_phase("Running", f"attempt {cur.index} is being submitted")
 
-    def hung(self, cur: Attempt) -> bool:
-        timeout = self.spec.resilience.hang_timeout_seconds
-        if not timeout:
-            return False
-        beats = [parse_ts(self.status.progress.heartbeat), parse_ts(cur.start_time)]
-        last = max((b for b in beats if b is not None), default=None)
-        if last is None:
-            return False
-        deadline = last + timedelta(seconds=timeout)
+    def silent_too_long(self, cur: Attempt) -> str | None:
+        """Why the attempt counts as hung, or None. Until this attempt's trainer sends its first heartbeat the
+        startup timeout applies (image pull, model download, engine start); after it, the hang timeout."""
+        res, prog = self.spec.resilience, self.status.progress
+        beat = parse_ts(prog.heartbeat) if prog.attempt == cur.index else None
+        if beat is not None:
+            timeout, since = res.hang_timeout_seconds, beat
+            why = f"no progress heartbeat for {timeout}s (spec.resilience.hangTimeoutSeconds)"
+        else:
+            timeout, since = res.startup_timeout_seconds, parse_ts(cur.start_time)
+            why = (
+                f"the trainer sent no heartbeat within {timeout}s of the attempt's start "
+                "(spec.resilience.startupTimeoutSeconds)"
+            )
+        if not timeout or since is None:
+            return None
+        deadline = since + timedelta(seconds=timeout)
         if self.now >= deadline:
-            return True
+            return why
         self.due.append(deadline)
-        return False
+        return None
 
-    def end_attempt(self, cur: Attempt, kind: str, node: str | None, message: str) -> None:
-        cur.result, cur.failure, cur.end_time = "Failed", kind, ts(self.now)  # type: ignore[assignment]
+    def fail_without_retry(self, cur: Attempt, reason: str, ray_message: str) -> None:
+        """The trainer said retrying will not help (exit 2: config, 3: data/model/adapter): fail now, no budget."""
+        detail = last_error_line(ray_message) or ray_message.splitlines()[0]
+        cur.result, cur.failure, cur.end_time = "Failed", "application", ts(self.now)
+        cur.message = detail[:1024]
+        text = f"attempt {cur.index} failed and will not be retried ({reason}): {detail}"
+        self.status.finished_at = ts(self.now)
+        self.status.message = text[:2048]
+        self.set_phase("Failed", self.status.message, reason)
+        self.event("Warning", reason, self.status.message)
+
+    def end_attempt(self, cur: Attempt, kind: str, node: str | None, message: str, result: str = "Failed") -> None:
+        cur.result, cur.failure, cur.end_time = result, kind, ts(self.now)  # type: ignore[assignment]
         cur.node, cur.message = node or cur.node, message[:1024]
+        ended = "was stopped" if result == "Stopped" else "failed"
         budget = budget_of(kind)
         used = self.status.restarts.get(budget, 0) + 1
         self.status.restarts[budget] = used
@@ -287,7 +326,7 @@ class _Decider:
         if used > limit:
             field_name = "maxInfraRestarts" if budget == "infra" else "maxRestarts"
             text = (
-                f"attempt {cur.index} failed ({kind}: {message}); {used - 1} {budget} restarts already used "
+                f"attempt {cur.index} {ended} ({kind}: {message}); {used - 1} {budget} restarts already used "
                 f"of spec.resilience.{field_name}={limit}"
             )
             self.status.finished_at = ts(self.now)
@@ -303,8 +342,9 @@ class _Decider:
                 break
         delay = min(res.max_backoff_seconds, res.backoff_seconds * 2 ** (streak - 1))
         self.status.next_attempt_after = ts(self.now + timedelta(seconds=delay))
-        self.event("Warning", "AttemptFailed", f"attempt {cur.index} failed ({kind}): {message}; retry in {delay}s")
-        self.set_phase("Recovering", f"attempt {cur.index} failed ({kind}): {message}")
+        reason = "AttemptStopped" if result == "Stopped" else "AttemptFailed"
+        self.event("Warning", reason, f"attempt {cur.index} {ended} ({kind}): {message}; retry in {delay}s")
+        self.set_phase("Recovering", f"attempt {cur.index} {ended} ({kind}): {message}")
 
     def start_when_ready(self, cause: str) -> None:
         after = parse_ts(self.status.next_attempt_after)
@@ -314,20 +354,20 @@ class _Decider:
             return
         if not self.cluster_ready():
             phase = "Provisioning" if self.status.attempt == 0 else "Recovering"
-            self.set_phase(phase, "waiting for the Ray cluster to be ready")
+            self.set_phase(phase, self.waiting_for_cluster(), self.pod_problem[0] if self.pod_problem else phase)
             return
         n = self.status.attempt + 1
         if self.status.observed_generation == self.gen and self.obs.raycluster is not None:
             self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]  # heal deleted static children
         self.plan.apply.append(build_rayjob(self.job, n))
+        # The trainer resumes from the newest complete checkpoint it finds; it reports which (resumedFromStep).
         ckpt = self.status.progress.last_checkpoint
-        resumed = ckpt.step if (ckpt and n > 1) else None
+        known = ckpt.step if (ckpt and n > 1) else None
         self.status.attempts.append(
             Attempt(
                 index=n,
                 ray_job=rayjob_name(self.job.name, n),
                 cause=cause if n > 1 else "initial",  # type: ignore[arg-type]
-                resumed_from_step=resumed,
                 start_time=ts(self.now),
                 pod_set=pod_set_digest(self.obs.pods) if self.obs.pods else None,
             )
@@ -337,7 +377,7 @@ class _Decider:
             rayjob_name(self.job.name, n),
             None,
         )
-        where = f", resuming from step {resumed}" if resumed is not None else ""
+        where = f", resuming from the latest complete checkpoint (step {known} or newer)" if known is not None else ""
         self.event("Normal", "AttemptStarted", f"attempt {n} started as RayJob {rayjob_name(self.job.name, n)}{where}")
         self.set_phase("Running", f"attempt {n} submitted{where}")
 
@@ -366,6 +406,7 @@ class _Decider:
             cluster_ready=self.cluster_ready() if self.status.phase != "Suspended" else None,
             training=training,
             degraded_message=f"node faults: {degraded}" if degraded else None,
+            pod_problem=self.pod_problem,
         )
         self.status.conditions = compute_conditions(self.status.conditions, facts, ts(self.now))
         self.plan.status = self.status.wire()

@@ -27,10 +27,13 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
         f"infra {restarts.get('infra', 0)}/{spec_res.get('maxInfraRestarts', '?')}"
     )
     lines.append("  conditions:")
+    # Several conditions usually carry the job's message; print each distinct message once.
+    shown = {st.get("message") or ""}
     for cond in st.get("conditions") or []:
-        lines.append(
-            f"    {cond['type']:<13} {cond['status']:<7} {cond.get('reason', ''):<24} {cond.get('message', '')}"
-        )
+        message = cond.get("message", "")
+        text = "" if message in shown else message
+        shown.add(message)
+        lines.append(f"    {cond['type']:<13} {cond['status']:<7} {cond.get('reason', ''):<24} {text}".rstrip())
     lines.append("  attempts:")
     for a in st.get("attempts") or []:
         resumed = f" resumed@{a['resumedFromStep']}" if a.get("resumedFromStep") is not None else ""

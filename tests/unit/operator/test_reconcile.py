@@ -138,15 +138,101 @@ def test_degraded_node_marks_attempt_so_its_failure_counts_as_infra() -> None:
     assert failed.status["attempts"][0]["failure"] == "infra"
 
 
-def test_hang_without_heartbeat_restarts_attempt() -> None:
-    j = job({"spec": {"resilience": {"hangTimeoutSeconds": 600}}})
+def running_attempt(patch: dict | None = None):
+    j = job(patch)
     j = advance(j, decide(j, 1, Observed(), T0))
-    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    return advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+
+
+def with_progress(j, **progress):
+    return advance(j, Plan(status={**j.status.wire(), "progress": progress}))
+
+
+def test_startup_timeout_applies_until_the_attempts_first_heartbeat() -> None:
+    j = running_attempt({"spec": {"resilience": {"hangTimeoutSeconds": 60, "startupTimeoutSeconds": 600}}})
     world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()})
+    # Loading for 5 minutes without a heartbeat is fine: the 60 s hang timeout does not apply yet.
     assert decide(j, 1, world, T0 + timedelta(seconds=300)).requeue_after == 300
     plan = decide(j, 1, world, T0 + timedelta(seconds=601))
     assert [(d.kind, d.name) for d in plan.delete] == [("RayJob", "geo-a1")]
-    assert plan.status["attempts"][0]["failure"] == "hang"
+    (attempt,) = plan.status["attempts"]
+    assert attempt["failure"] == "hang" and "startupTimeoutSeconds" in attempt["message"]
+
+
+def test_hang_timeout_starts_at_the_first_heartbeat_of_this_attempt() -> None:
+    j = running_attempt({"spec": {"resilience": {"hangTimeoutSeconds": 60, "startupTimeoutSeconds": 600}}})
+    beat = T0 + timedelta(seconds=200)
+    j = with_progress(j, attempt=1, step=1, heartbeat=ts(beat))
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()})
+    assert decide(j, 1, world, beat + timedelta(seconds=30)).requeue_after == 30
+    plan = decide(j, 1, world, beat + timedelta(seconds=61))
+    assert (
+        plan.status["attempts"][0]["failure"] == "hang"
+        and "hangTimeoutSeconds" in plan.status["attempts"][0]["message"]
+    )
+
+
+def test_a_heartbeat_left_by_the_previous_attempt_does_not_count() -> None:
+    j = running_attempt({"spec": {"resilience": {"hangTimeoutSeconds": 60, "startupTimeoutSeconds": 600}}})
+    j = with_progress(j, attempt=0, step=9, heartbeat=ts(T0 + timedelta(seconds=5)))
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()})
+    plan = decide(j, 1, world, T0 + timedelta(seconds=120))
+    assert plan.status["phase"] == "Running" and plan.requeue_after == 480
+
+
+def test_resumed_step_is_what_the_attempts_trainer_reported() -> None:
+    j = running_attempt()
+    j = with_progress(j, attempt=1, resumedFromStep=20, step=20)
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}), T0)
+    assert plan.status["attempts"][0]["resumedFromStep"] == 20
+    # A report of another attempt is not this attempt's truth.
+    j = with_progress(running_attempt(), attempt=3, resumedFromStep=40, step=40)
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}), T0)
+    assert "resumedFromStep" not in plan.status["attempts"][0]
+
+
+def ray_failure(code: int, last_line: str) -> dict:
+    tail = f"INFO loading\nmmrl-trainer error: {last_line}"
+    message = f"Job entrypoint command failed with exit code {code}, last available logs (truncated):\n{tail}"
+    return rayjob("Failed", "FAILED", reason="AppFailed", message=message)
+
+
+def test_trainer_exit_3_fails_the_job_at_once_without_spending_budget() -> None:
+    j = running_attempt()
+    failed = Observed(
+        raycluster=ready_cluster(j), rayjobs={1: ray_failure(3, "dataset.train: /fsx/x not found")}, pods=PODS
+    )
+    plan = decide(j, 1, failed, T0 + timedelta(seconds=5))
+    assert plan.status["phase"] == "Failed" and plan.status.get("restarts", {}) == {}
+    stalled = next(c for c in plan.status["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "InvalidInput"
+    assert "dataset.train: /fsx/x not found" in plan.status["message"]
+    assert [e.reason for e in plan.events] == ["InvalidInput"]
+    again = decide(advance(j, plan), 1, failed, T0 + timedelta(seconds=60))
+    assert not [o for o in again.apply if o["kind"] == "RayJob"] and again.status["phase"] == "Failed"
+
+
+def test_trainer_exit_2_is_invalid_config_and_exit_1_is_retried() -> None:
+    j = running_attempt()
+    bad = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: ray_failure(2, "config x")}, pods=PODS), T0)
+    assert bad.status["phase"] == "Failed" and cond(bad, "Stalled") == "True"
+    assert next(c for c in bad.status["conditions"] if c["type"] == "Failed")["reason"] == "InvalidConfig"
+    crash = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: ray_failure(1, "boom")}, pods=PODS), T0)
+    assert crash.status["phase"] == "Recovering" and crash.status["restarts"] == {"application": 1}
+
+
+def test_unschedulable_pods_explain_why_the_cluster_is_not_ready() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    why = (
+        "Unschedulable",
+        'pod geo-head-x cannot be scheduled: 0/3 nodes are available: persistentvolumeclaim "fsx-claim" not found.',
+    )
+    stuck = PodInfo("geo-head-x", "ray-head", None, T0, "Pending", problem=why)
+    plan = decide(j, 1, Observed(raycluster=raycluster(ready=False), pods=[stuck]), T0)
+    assert plan.status["phase"] == "Provisioning" and why[1] in plan.status["message"]
+    ready = next(c for c in plan.status["conditions"] if c["type"] == "ClusterReady")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "Unschedulable", why[1])
 
 
 def test_suspend_deletes_cluster_and_job_and_resume_does_not_charge_a_restart() -> None:

@@ -28,3 +28,19 @@ def test_status_shows_phase_attempts_budgets_and_events() -> None:
     assert "application 1/2" in text
     assert "#1 geo-a1 initial -> Failed [application]" in text
     assert "AttemptFailed" in text and "Stalled" in text
+
+
+def test_each_distinct_message_is_printed_once() -> None:
+    why = "pod geo-head-x cannot be scheduled: 0/3 nodes are available"
+    status = {
+        "phase": "Provisioning",
+        "message": f"waiting for the Ray cluster to be ready: {why}",
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Provisioning", "message": f"waiting: {why}"},
+            {"type": "Reconciling", "status": "True", "reason": "Provisioning", "message": f"waiting: {why}"},
+            {"type": "ClusterReady", "status": "False", "reason": "Unschedulable", "message": why},
+        ],
+    }
+    text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": status}, [])
+    assert text.count(f"waiting: {why}") == 1 and text.count(why) == 3  # job message, first condition, ClusterReady
+    assert "Unschedulable" in text
