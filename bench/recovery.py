@@ -23,8 +23,8 @@ from kubernetes import client  # noqa: E402
 
 from mmrl_local import nodes  # noqa: E402
 from mmrl_local.controlplane import ControlPlane  # noqa: E402
+from mmrl_local.crd_install import install_mmrl_crd  # noqa: E402
 from mmrl_local.kuberay_standin import KubeRayStandIn  # noqa: E402
-from tests.support.cluster_setup import install_mmrl_crd  # noqa: E402
 from tests.support.jobspecs import cluster_job  # noqa: E402
 from tests.support.operator import Jobs, OperatorProcess, wait_until  # noqa: E402
 

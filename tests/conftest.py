@@ -9,3 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [str(ROOT / d) for d in ("operator", "trainer", "local")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*SOURCES, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+# Control plane, namespace, nodes, stand-in and operator fixtures for tests/cluster and tests/e2e (lazy: unit tests
+# never start anything).
+pytest_plugins = ["tests.support.cluster_fixtures"]

@@ -70,9 +70,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         gpu_nodes = nodes.create_gpu_nodes(core, args.gpu_nodes)
         standin = None
         if args.standin != "none":
-            standin = KubeRayStandIn(
-                api, mode=args.standin, log_dir=workdir / "rayjob-logs", kubeconfig=cp.kubeconfig
-            ).start()
+            standin = KubeRayStandIn(api, mode=args.standin, log_dir=workdir / "rayjob-logs").start()
         state = {
             "pid": os.getpid(),
             "pids": cp.pids,

@@ -1,4 +1,5 @@
-"""Install mmrl's generated CRD into a control plane (server-side apply, as `helm`/Argo CD would) and wait for it."""
+"""Install mmrl's generated CRD (crds/ of this checkout) into a control plane with server-side apply, as Helm or
+Argo CD would, and wait until it is Established."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from kubernetes.dynamic import DynamicClient
 
 from mmrl_operator import crd
 
+CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+
 
 def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
-    body = yaml.safe_load(crd.crd_path(Path(__file__).resolve().parents[2] / "crds").read_text())
+    body = yaml.safe_load(crd.crd_path(CRD_DIR).read_text())
     crds = DynamicClient(api).resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    crds.server_side_apply(body=body, name=body["metadata"]["name"], field_manager="mmrl-tests", force_conflicts=True)
+    crds.server_side_apply(body=body, name=body["metadata"]["name"], field_manager="mmrl-local", force_conflicts=True)
     ext = client.ApiextensionsV1Api(api)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -46,3 +46,4 @@ POD_READY_AFTER = f"{LOCAL}/ready-after"
 POD_COMPLETE = f"{LOCAL}/complete"
 POD_COMPLETE_AFTER = f"{LOCAL}/complete-after"
 RAYJOB_SCRIPT = f"{LOCAL}/script"
+CONTAINER_WAITING = f"{LOCAL}/container-waiting"  # value: the waiting reason, e.g. ImagePullBackOff

@@ -20,7 +20,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
-from mmrl_local import rest
+from mmrl_local import podrun, rest
 from mmrl_local import standin_cluster as sc
 from mmrl_local import standin_job as sj
 
@@ -39,8 +39,8 @@ class KubeRayStandIn:
         mode: str = "scripted",
         default_script: str = "succeed-after=1",
         log_dir: Path | None = None,
-        kubeconfig: Path | None = None,
         namespaces: set[str] | None = None,
+        image_env: dict[str, str] | None = None,
         resync: float = 0.5,
     ) -> None:
         if mode not in ("scripted", "run"):
@@ -50,7 +50,7 @@ class KubeRayStandIn:
         self.custom = client.CustomObjectsApi(api_client)
         self.default_script = sj.Script.parse("run" if mode == "run" else default_script)
         self.log_dir = Path(log_dir or Path.cwd() / "rayjob-logs")
-        self.kubeconfig = kubeconfig
+        self.materialiser = podrun.PodMaterialiser(api_client, self.log_dir / "pods", image_env)
         self.namespaces = namespaces
         self.resync = resync
         self._scripts: list[tuple[str, str, sj.Script]] = []
@@ -296,7 +296,12 @@ class KubeRayStandIn:
             self._tracked[key] = {p["metadata"]["uid"]: p["spec"].get("nodeName", "") for p in cluster_pods}
             self._since[key] = time.monotonic()
             if script.outcome == "run":
-                self._start_run(key, job, cluster)
+                try:
+                    self._start_run(key, job, cluster_pods)
+                except (podrun.PodRunError, ApiException) as err:
+                    # Ray never got the job: KubeRay reports a failed submission.
+                    self._finish(key, job, False, "SubmissionFailed", f"cannot start the entrypoint: {err}")
+                    return
             self._patch_job(job, sj.running())
             return
         # phase == "Running" (or a transient one we do not model): decide the outcome.
@@ -309,7 +314,10 @@ class KubeRayStandIn:
                 self._finish(key, job, False, "AppFailed", f"Ray node lost: {lost}")
                 return
         if script.outcome == "run":
-            run = self._runs.get(key) or self._start_run(key, job, cluster)
+            run = self._runs.get(key)
+            if run is None:  # the stand-in restarted while Ray was running the job: Ray lost the driver with it
+                self._finish(key, job, False, "AppFailed", "the Ray job's driver is gone")
+                return
             code = run.poll()
             if code is not None:
                 self._finish(key, job, code == 0, "AppFailed", "" if code == 0 else run.failure_message())
@@ -318,10 +326,12 @@ class KubeRayStandIn:
         if script.outcome in ("succeed", "fail") and time.monotonic() - since >= script.after:
             self._finish(key, job, script.outcome == "succeed", "AppFailed", script.message)
 
-    def _start_run(self, key, job: dict, cluster: dict) -> sj.EntrypointRun:
-        head = ((cluster.get("spec") or {}).get("headGroupSpec") or {}).get("template") or {}
+    def _start_run(self, key, job: dict, cluster_pods: list[dict]) -> sj.EntrypointRun:
+        heads = [p for p in cluster_pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+        if not heads:
+            raise podrun.PodRunError("the RayCluster has no head pod")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        run = sj.EntrypointRun(job, sj.container_env(head), self.log_dir, self.kubeconfig)
+        run = sj.EntrypointRun(job, heads[0], self.materialiser, self.log_dir)
         self._runs[key] = run
         return run
 

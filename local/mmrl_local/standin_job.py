@@ -4,19 +4,18 @@ local subprocess (run mode).
 
 Script (annotation ``mmrl-local.dev/script`` on the RayJob, or ``KubeRayStandIn.script(...)``): comma-separated
 directives, e.g. ``"succeed-after=2"``, ``"fail-after=1"``, ``"succeed-after=30,fail-on-node-loss"``,
-``"hang"`` (stays RUNNING), ``"run"`` (execute ``spec.entrypoint``; its exit code decides).
+``"hang"`` (stays RUNNING), ``"run"`` (execute ``spec.entrypoint`` in the head pod; its exit code decides).
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mmrl_local import procs
+from mmrl_local import podrun, procs
 
 
 class ScriptError(ValueError):
@@ -128,28 +127,28 @@ def is_terminal(status: dict) -> bool:
     return status.get("jobDeploymentStatus") in ("Complete", "Failed", "ValidationFailed")
 
 
-def container_env(template: dict) -> dict[str, str]:
-    """Literal env values of the head pod template's first container (valueFrom cannot be resolved here)."""
-    containers = ((template or {}).get("spec") or {}).get("containers") or [{}]
-    return {e["name"]: str(e["value"]) for e in containers[0].get("env") or [] if "value" in e}
+RAY_LOG_LINES = 10  # Ray's job supervisor quotes the last 10 lines of the driver's output on failure
 
 
 class EntrypointRun:
-    """``spec.entrypoint`` executing on this machine as ``bash -c``, logs streamed to a file."""
+    """``spec.entrypoint`` executing as ``bash -c`` inside the Ray head pod's view (``podrun``): the head
+    container's env and volumes at their mount paths, its ServiceAccount token for the API. Ray runs a job's driver
+    on the head, which is why the head pod is the one that matters. Output is streamed to a log file."""
 
-    def __init__(self, job: dict, env: dict[str, str], log_dir: Path, kubeconfig: Path | None) -> None:
+    def __init__(self, job: dict, head_pod: dict, materialiser: podrun.PodMaterialiser, log_dir: Path) -> None:
         meta = job["metadata"]
         self.log = log_dir / f"{meta['namespace']}_{meta['name']}.log"
-        full_env = {
-            **os.environ,
-            **env,
-            "MMRL_LOCAL_RAYJOB": f"{meta['namespace']}/{meta['name']}",
-            "RAY_JOB_ID": (job.get("status") or {}).get("jobId", ""),
-        }
-        if kubeconfig is not None:
-            # The trainer reports progress to the API server like it would in-cluster.
-            full_env["KUBECONFIG"] = str(kubeconfig)
-        self.proc: subprocess.Popen = procs.spawn(["bash", "-c", job["spec"]["entrypoint"]], self.log, env=full_env)
+        view = materialiser.view(head_pod)
+        view.env.update(
+            {
+                "MMRL_LOCAL_RAYJOB": f"{meta['namespace']}/{meta['name']}",
+                "RAY_JOB_ID": (job.get("status") or {}).get("jobId", ""),
+            }
+        )
+        root = log_dir / "roots" / f"{meta['namespace']}_{meta['name']}"
+        self.proc: subprocess.Popen = podrun.spawn_in_pod(
+            view, ["bash", "-c", job["spec"]["entrypoint"]], self.log, root
+        )
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -158,6 +157,13 @@ class EntrypointRun:
         procs.stop(self.proc, timeout=3.0)
 
     def failure_message(self) -> str:
-        tail = self.log.read_text(errors="replace").strip().splitlines()[-5:] if self.log.exists() else []
-        lines = "\n".join(tail)
-        return f"entrypoint exited with code {self.proc.returncode}; log {self.log}:\n{lines}"
+        """Ray's own wording for a failed entrypoint, which KubeRay copies into the RayJob's status.message."""
+        code = self.proc.returncode
+        tail = (
+            self.log.read_text(errors="replace").rstrip("\n").splitlines()[-RAY_LOG_LINES:] if self.log.exists() else []
+        )
+        if not tail:
+            return f"Job entrypoint command failed with exit code {code}. No logs available."
+        lines = "\n".join(tail)[-20000:]
+        head = f"Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 chars)"
+        return f"{head}:\n{lines}"

@@ -10,13 +10,13 @@ import pytest
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from mmrl_local.crd_install import install_mmrl_crd
 from mmrl_operator import constants as c
 from mmrl_operator.api import MultimodalRLJob
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.names import service_account_name
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter, kube_patcher
-from tests.support.cluster_setup import install_mmrl_crd
 from tests.support.jobspecs import cluster_job
 
 pytestmark = pytest.mark.cluster

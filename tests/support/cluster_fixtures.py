@@ -1,6 +1,7 @@
-"""Fixtures for tests against the real local control plane (``mmrl_local``): one control plane per test
-session, a fresh namespace per test, fake HyperPod nodes that are removed after each test, and a KubeRay
-stand-in watching only the test's namespace. Test modules here set ``pytestmark = pytest.mark.cluster``.
+"""Fixtures for tests against the real local control plane (``mmrl_local``), shared by tests/cluster and
+tests/e2e through tests/conftest.py: one control plane per test session (started only when a test asks for it),
+a fresh namespace per test, fake HyperPod nodes that are removed after each test, and a KubeRay stand-in watching
+only the test's namespace, in scripted mode (``kuberay``) or running entrypoints in the head pod (``kuberay_run``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from kubernetes import client
 from mmrl_local import build, nodes
 from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
+from mmrl_local.crd_install import install_mmrl_crd
 from mmrl_local.kuberay_standin import KubeRayStandIn
-from tests.support.cluster_setup import install_mmrl_crd
 from tests.support.operator import Jobs, OperatorProcess
 from tests.support.polling import wait_until
 
@@ -107,23 +108,25 @@ def hyperpod_nodes(core: client.CoreV1Api) -> Iterator[HyperPodNodes]:
     helper.cleanup()
 
 
-@pytest.fixture
-def kuberay(
-    api_client: client.ApiClient, namespace: str, tmp_path: Path, control_plane: ControlPlane
-) -> Iterator[KubeRayStandIn]:
-    """The KubeRay stand-in in scripted mode, limited to this test's namespace. ``kuberay.script(name, ...)``
-    decides how RayJobs end; RayJob logs of run-mode jobs go to ``tmp_path / "rayjobs"``."""
-    standin = KubeRayStandIn(
-        api_client,
-        namespaces={namespace},
-        log_dir=tmp_path / "rayjobs",
-        kubeconfig=control_plane.kubeconfig,
-        resync=0.3,
-    )
+def _standin(api_client: client.ApiClient, namespace: str, tmp_path: Path, mode: str) -> Iterator[KubeRayStandIn]:
+    standin = KubeRayStandIn(api_client, mode=mode, namespaces={namespace}, log_dir=tmp_path / "rayjobs", resync=0.3)
     standin.start()
     yield standin
     standin.stop()
     assert not standin.errors, f"the stand-in's reconcile loop failed: {standin.errors}"
+
+
+@pytest.fixture
+def kuberay(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[KubeRayStandIn]:
+    """The KubeRay stand-in in scripted mode, limited to this test's namespace. ``kuberay.script(name, ...)``
+    decides how RayJobs end; RayJob logs of run-mode jobs go to ``tmp_path / "rayjobs"``."""
+    yield from _standin(api_client, namespace, tmp_path, "scripted")
+
+
+@pytest.fixture
+def kuberay_run(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[KubeRayStandIn]:
+    """The stand-in in run mode: every RayJob's entrypoint really runs inside its Ray head pod's view."""
+    yield from _standin(api_client, namespace, tmp_path, "run")
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):

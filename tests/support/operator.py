@@ -1,99 +1,17 @@
-"""Run the real operator (`mmrl operator`) as a subprocess against the local control plane, and read jobs back.
-
-A subprocess (not an in-process runner) so tests can SIGKILL it at any moment, run two replicas, and read
-their Prometheus metrics, exactly as a platform team's deployment would behave.
-"""
+"""Read jobs back from the control plane in tests; the operator subprocess itself is mmrl_local's."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from mmrl_local.controlplane import free_port
+from mmrl_local.operator_process import OperatorProcess
 from mmrl_operator import constants as c
 from tests.support import polling
 
-
-class OperatorProcess:
-    def __init__(
-        self,
-        kubeconfig: Path,
-        log_path: Path,
-        *,
-        standalone: bool = True,
-        namespaces: list[str] | None = None,
-        env: dict[str, str] | None = None,
-        identity: str | None = None,
-    ) -> None:
-        self.kubeconfig, self.log_path, self.standalone = kubeconfig, log_path, standalone
-        self.namespaces, self.extra_env, self.identity = namespaces or [], env or {}, identity
-        self.metrics_port = free_port()
-        self.liveness_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> OperatorProcess:
-        args = [
-            sys.executable,
-            "-m",
-            "mmrl_operator.cli",
-            "operator",
-            "--liveness",
-            f"http://127.0.0.1:{self.liveness_port}/healthz",
-            "--metrics-port",
-            str(self.metrics_port),
-        ]
-        if self.standalone:
-            args.append("--standalone")
-        for ns in self.namespaces:
-            args += ["--namespace", ns]
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MMRL_RESYNC_SECONDS": "2", **self.extra_env}
-        if self.identity:
-            env["POD_NAME"] = self.identity
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def metric(self, name: str) -> float:
-        """Sum of a Prometheus metric's samples (0 when absent)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(name + " ") or line.startswith(name + "{")
-        )
-
-    def __enter__(self) -> OperatorProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+__all__ = ["Jobs", "OperatorProcess", "phases_until_done", "wait_until"]
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
