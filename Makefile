@@ -80,6 +80,9 @@ up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
+demo: bins ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/)
+	$(VPY) -m mmrl_local.demo --out demo-out
+
 bench: bins ## print recovery latency (20 HyperPod faults) and trainer seconds per step
 	$(VPY) bench/recovery.py --faults 20
 	$(VPY) bench/trainer_step.py

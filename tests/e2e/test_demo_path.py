@@ -1,0 +1,82 @@
+"""The `make demo` path, end to end with shorter settings: examples/local.yaml through kubectl, the real operator,
+the KubeRay stand-in running the trainer inside the Ray head pod's view, a HyperPod node replacement once the
+trainer has sealed a checkpoint, and a resume from that checkpoint. Every stage is asserted from cluster state and
+from the files the trainer wrote on the claim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmrl_local import build
+from mmrl_local.demo import Demo
+from mmrl_trainer.adapter import check_vllm_compatible
+from tests.support.operator import Jobs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
+
+SHORT = {"spec": {"algorithm": {"maxSteps": 12}, "checkpoint": {"intervalSteps": 4}}}
+
+
+def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict) -> Demo:
+    return Demo(
+        api_client,
+        build.build(verbose=False)["kubectl"],
+        control_plane.kubeconfig,
+        namespace=namespace,
+        volume_dir=tmp_path / "fsx",
+        out_dir=tmp_path / "out",
+        overrides=overrides,
+        say=lambda line: print(line, flush=True),
+    )
+
+
+def test_job_trains_survives_a_node_replacement_resumes_and_exports_a_servable_adapter(
+    control_plane, api_client, namespace, hyperpod_nodes, kuberay_run, operator, tmp_path
+) -> None:
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    d = demo(control_plane, api_client, namespace, tmp_path, SHORT)
+
+    summary = d.run(fault=True, timeout=600)
+    hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
+
+    status = Jobs(api_client, namespace).status(d.name)
+    assert status["phase"] == "Succeeded", status.get("message")
+    first, second = status["attempts"]
+    assert (first["cause"], first["result"], first["failure"]) == ("initial", "Stopped", "infra")
+    assert (second["cause"], second["result"]) == ("infra", "Succeeded")
+    assert status["restarts"] == {"infra": 1}
+    # The trainer of attempt 2 found the newest checkpoint attempt 1 sealed, and that is what status records.
+    assert summary.steps_sealed_by_attempt_1 and summary.resumed_from_step == max(summary.steps_sealed_by_attempt_1)
+    assert summary.resumed_from_step > 0 and second["resumedFromStep"] == summary.resumed_from_step
+    assert status["progress"]["step"] == 12 and status["progress"]["attempt"] == 2
+    assert summary.held_out_first is not None and summary.held_out_last is not None
+    assert summary.held_out_last - summary.held_out_first >= 0.15, (summary.held_out_first, summary.held_out_last)
+    adapter = check_vllm_compatible(summary.adapter_host_dir)
+    assert adapter.rank == 8 and adapter.base_model == "/ckpt/models/tiny-qwen3-vl"  # the path every pod mounts
+    assert summary.plot is not None and summary.plot.stat().st_size > 0
+    events = Jobs(api_client, namespace).events(d.name)
+    assert events.count("AttemptStarted") == 2 and "NodeFault" in events and events[-1] == "Succeeded"
+
+
+def test_a_trainer_that_cannot_load_its_model_fails_the_job_at_once(
+    control_plane, api_client, namespace, hyperpod_nodes, kuberay_run, operator, tmp_path
+) -> None:
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    missing = {"spec": {"model": {"name": "pvc://mmrl-checkpoints/models/not-there"}}}
+    d = demo(control_plane, api_client, namespace, tmp_path, missing)
+    d.prepare_volume()
+    d.apply_job()
+
+    assert d.wait_done(timeout=180) == "Failed"
+
+    status = Jobs(api_client, namespace).status(d.name)
+    assert len(status["attempts"]) == 1  # exit 3 is not retried
+    assert status.get("restarts", {}) == {}
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "InvalidInput")
+    assert "/ckpt/models/not-there has no config.json" in status["message"]
+    assert "InvalidInput" in Jobs(api_client, namespace).events(d.name)
