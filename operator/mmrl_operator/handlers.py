@@ -32,13 +32,34 @@ class Runtime:
     queue: WorkQueue
     elector: LeaderElector | None
     resync_seconds: float
+    namespaces: list[str] = field(default_factory=list)  # watched namespaces; empty: cluster-wide
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pod_nodes: dict[tuple[str, str], tuple[str, Key]] = field(default_factory=dict)  # pod -> (node, job)
     phases: dict[Key, str] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def node(self, name: str) -> dict[str, Any] | None:
-        return self.nodes.get(name)
+        """The node from the watch cache; a miss is not a deletion: the watch may not have delivered it yet (just
+        restarted, a node that joined a moment ago). Only the apiserver's 404 means the node is gone."""
+        cached = self.nodes.get(name)
+        if cached is not None:
+            return cached
+        found = self.kube.get_node(name)
+        if found is not None:
+            self.nodes.setdefault(name, found)
+        return found
+
+    def prime(self) -> None:
+        """Fill the node and pod caches from one LIST each before any reconcile runs, so the first passes after a
+        (re)start see every node and every pod of every job, not whatever the watches delivered so far."""
+        for node in self.kube.list_nodes():
+            self.nodes.setdefault(node["metadata"]["name"], node)
+        for pod in self.kube.list_job_pods(self.namespaces):
+            meta = pod["metadata"]
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                key = (meta["namespace"], meta["name"])
+                self.pod_nodes.setdefault(key, (node, (meta["namespace"], meta["labels"][c.LABEL_JOB])))
 
 
 RUNTIME: Runtime | None = None
@@ -73,6 +94,7 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.posting.enabled = False  # our own Events carry reasons; kopf's would duplicate them
+    RUNTIME.prime()
     if RUNTIME.elector:
         RUNTIME.elector.start()
     RUNTIME.queue.start()

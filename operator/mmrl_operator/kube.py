@@ -65,6 +65,22 @@ class Kube:
         result = self._resource(api_version, kind).get(namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}")
         return [item.to_dict() for item in result.items]
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        self.calls += 1
+        return self.api_client.sanitize_for_serialization(self.core.list_node()).get("items") or []
+
+    def list_job_pods(self, namespaces: list[str] | None = None) -> list[dict[str, Any]]:
+        """Pods of every job (label mmrl.dev/job), in the watched namespaces or cluster-wide."""
+        found = []
+        for ns in namespaces or [None]:
+            self.calls += 1
+            if ns is None:
+                result = self.core.list_pod_for_all_namespaces(label_selector=c.LABEL_JOB)
+            else:
+                result = self.core.list_namespaced_pod(ns, label_selector=c.LABEL_JOB)
+            found += self.api_client.sanitize_for_serialization(result).get("items") or []
+        return found
+
     def get_node(self, name: str) -> dict[str, Any] | None:
         self.calls += 1
         try:

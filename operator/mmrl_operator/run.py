@@ -30,14 +30,18 @@ def run_operator(args: argparse.Namespace) -> int:
         workers=int(os.environ.get("MMRL_WORKERS", "4")),
         active=(elector.is_leader if elector else lambda: True),
     )
+    namespaces = args.namespace or []
     handlers.install(
         handlers.Runtime(
-            kube=kube, queue=queue, elector=elector, resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30"))
+            kube=kube,
+            queue=queue,
+            elector=elector,
+            resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30")),
+            namespaces=namespaces,
         )
     )
     if args.metrics_port:
         start_http_server(args.metrics_port)
-    namespaces = args.namespace or []
     kopf.run(
         standalone=True,  # peering is our Lease election (see docs/adr/0001-operator-design.md)
         clusterwide=not namespaces,
