@@ -2,7 +2,10 @@
 
 kopf event handlers only enqueue `(namespace, name)`; workers call the reconcile. Deduplication collapses a
 burst of child events into one pass, and the per-key exclusivity means two passes of the same job never race on
-its status. Failures are retried with capped exponential backoff — never an endless fixed-interval loop.
+its status. Failures are retried with capped exponential backoff — never an endless fixed-interval loop. A key
+has at most one pending deadline, the earliest asked for: every pass recomputes when it next needs to run, so an
+earlier wake-up loses nothing, and memory stays bounded however often a job asks (a week-long ttl and a 30 s
+backoff do not pile up entries).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class WorkQueue:
         self._queued: set[Key] = set()
         self._busy: set[Key] = set()
         self._dirty: set[Key] = set()
-        self._delayed: list[tuple[float, Key]] = []
+        self._delayed: list[tuple[float, Key]] = []  # heap; entries whose time is not _deadline[key] are stale
+        self._deadline: dict[Key, float] = {}
         self._failures: dict[Key, int] = {}
         self._stop = False
         self._threads = [
@@ -60,15 +64,33 @@ class WorkQueue:
 
     def add_after(self, key: Key, delay: float) -> None:
         with self._cv:
-            heapq.heappush(self._delayed, (time.monotonic() + delay, key))
+            when = time.monotonic() + delay
+            current = self._deadline.get(key)
+            if current is not None and current <= when:
+                return  # an earlier pass is already due; it will ask again for whatever comes next
+            self._deadline[key] = when
+            heapq.heappush(self._delayed, (when, key))
+            if len(self._delayed) > 2 * len(self._deadline) + 16:
+                # Drop stale entries (superseded deadlines) so the heap stays proportional to the number of jobs.
+                self._delayed = [(t, k) for k, t in self._deadline.items()]
+                heapq.heapify(self._delayed)
             self._cv.notify()
+
+    def pending(self) -> dict[Key, float]:
+        """Seconds until each key's pending deadline (for tests and metrics)."""
+        with self._cv:
+            now = time.monotonic()
+            return {k: t - now for k, t in self._deadline.items()}
 
     def _next(self) -> Key | None:
         with self._cv:
             while not self._stop:
                 now = time.monotonic()
                 while self._delayed and self._delayed[0][0] <= now:
-                    _, key = heapq.heappop(self._delayed)
+                    when, key = heapq.heappop(self._delayed)
+                    if self._deadline.get(key) != when:
+                        continue  # superseded by an earlier deadline that already fired
+                    del self._deadline[key]
                     if key not in self._queued and key not in self._busy:
                         self._queued.add(key)
                         self._ready.append(key)

@@ -76,3 +76,29 @@ def test_standby_replica_acts_on_nothing() -> None:
     time.sleep(0.2)
     q.stop()
     assert calls == []
+
+
+def test_a_key_keeps_only_its_earliest_deadline_and_memory_stays_bounded() -> None:
+    calls: list[float] = []
+    q = WorkQueue(lambda key: calls.append(time.monotonic()), workers=1)  # not started: nothing fires
+    week = 7 * 24 * 3600.0
+    for i in range(10_000):
+        q.add_after(("ns", f"job-{i % 10}"), week)  # a ttl requeue per pass
+        q.add_after(("ns", f"job-{i % 10}"), 30.0 + i % 7)  # and a backoff, earlier
+    pending = q.pending()
+    assert len(pending) == 10 and all(29 <= left <= 37 for left in pending.values())
+    assert len(q._delayed) <= 2 * len(pending) + 16
+
+
+def test_an_earlier_deadline_fires_once_and_the_later_one_is_dropped() -> None:
+    fired: list[float] = []
+    start = time.monotonic()
+    q = WorkQueue(lambda key: fired.append(time.monotonic() - start), workers=1)
+    q.add_after(("ns", "a"), 0.6)
+    q.add_after(("ns", "a"), 0.1)  # earlier: replaces
+    q.add_after(("ns", "a"), 0.3)  # later than the pending one: ignored
+    q.start()
+    wait_for(lambda: len(fired) == 1)
+    time.sleep(0.8)
+    q.stop()
+    assert len(fired) == 1 and fired[0] < 0.5
