@@ -46,4 +46,6 @@ POD_READY_AFTER = f"{LOCAL}/ready-after"
 POD_COMPLETE = f"{LOCAL}/complete"
 POD_COMPLETE_AFTER = f"{LOCAL}/complete-after"
 RAYJOB_SCRIPT = f"{LOCAL}/script"
-CONTAINER_WAITING = f"{LOCAL}/container-waiting"  # value: the waiting reason, e.g. ImagePullBackOff
+CONTAINER_WAITING = f"{LOCAL}/container-waiting"
+# "true": a deleted pod stays Terminating (and Ready) until its deletionTimestamp, i.e. over its grace period.
+GRACEFUL_DELETE = f"{LOCAL}/graceful-delete"  # value: the waiting reason, e.g. ImagePullBackOff

@@ -4,6 +4,12 @@ pods (KubeRay's labels, owned by the cluster; finished or lost pods are replaced
 RayJobs go "" → Initializing → Running → Complete/Failed as their script says (see ``standin_job``), or, in run
 mode, as the exit code of their entrypoint run on this machine. Watches only wake the loop; every pass reads
 the whole world again, so missing an event never matters.
+
+Strict mode adds the timing of the real thing that makes naive controllers run two attempts at once: a RayJob is
+deleted through KubeRay's finalizer, which takes a while; Ray pods terminate over their grace period (kwok holds
+them until ``deletionTimestamp``) and keep reporting Ready meanwhile; ``readyWorkerReplicas`` counts those
+Terminating-but-Ready workers. It also records ``violations``: a RayJob that starts on a cluster while another
+RayJob of that cluster is still running or being deleted, or while one of its pods is still terminating.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from mmrl_local import standin_job as sj
 
 log = logging.getLogger("mmrl_local.kuberay_standin")
 RAY = ("ray.io", "v1")
+RAYJOB_FINALIZER = "ray.io/rayjob-finalizer"
 
 
 class KubeRayStandIn:
@@ -42,6 +49,9 @@ class KubeRayStandIn:
         namespaces: set[str] | None = None,
         image_env: dict[str, str] | None = None,
         resync: float = 0.5,
+        strict: bool = False,
+        grace_seconds: int = 3,
+        finalizer_seconds: float = 2.0,
     ) -> None:
         if mode not in ("scripted", "run"):
             raise ValueError(f"mode {mode!r}: use 'scripted' or 'run'")
@@ -61,6 +71,10 @@ class KubeRayStandIn:
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
+        self.strict, self.grace_seconds, self.finalizer_seconds = strict, grace_seconds, finalizer_seconds
+        self.violations: list[str] = []
+        self._jobs: list[dict] = []
+        self._deleting: dict[tuple[str, str, str], float] = {}
 
     # -- public API --------------------------------------------------------------------------------------------
 
@@ -157,12 +171,15 @@ class KubeRayStandIn:
                 if err.status not in (404, 409):
                     raise
         cluster_index = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in clusters}
+        self._jobs = jobs
         live_jobs = set()
         for job in jobs:
             meta = job["metadata"]
             key = (meta["namespace"], meta["name"], meta["uid"])
             live_jobs.add(key)
             try:
+                if self.strict:
+                    self._finalize(key, job)
                 self._reconcile_job(key, job, cluster_index, by_cluster, nodes)
             except ApiException as err:
                 if err.status not in (404, 409):
@@ -197,7 +214,7 @@ class KubeRayStandIn:
                 ]
                 for _ in range(want.count - len(live)):
                     try:
-                        self.core.create_namespaced_pod(ns, sc.build_pod(cluster, want))
+                        self.core.create_namespaced_pod(ns, self._pod(cluster, want))
                     except ApiException as err:
                         # Admission refusals (a ServiceAccount not there yet, or already garbage-collected
                         # with its owner) are what KubeRay reports as an event and retries; not a stand-in bug.
@@ -208,12 +225,48 @@ class KubeRayStandIn:
                 for pod in live[want.count :] if want.node_type == "worker" else []:
                     self.core.delete_namespaced_pod(pod["metadata"]["name"], ns, grace_period_seconds=0)
         service = sc.head_service_name(name) if not suspended else None
-        status = sc.cluster_status(cluster, pods, service, sj.now_iso())
+        status = sc.cluster_status(cluster, pods, service, sj.now_iso(), strict=self.strict)
         patch = sc.merge_patch_for(cluster.get("status") or {}, status)
         if patch:
             self._merge_patch(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}/status", {"status": patch})
 
+    def _pod(self, cluster: dict, want: sc.GroupWant) -> dict:
+        pod = sc.build_pod(cluster, want)
+        if self.strict:  # terminate over the grace period, as a kubelet would (stages/pod-delete-graceful.yaml)
+            pod["metadata"]["annotations"][hp.GRACEFUL_DELETE] = "true"
+            pod["spec"].setdefault("terminationGracePeriodSeconds", self.grace_seconds)
+        return pod
+
     # -- RayJob ------------------------------------------------------------------------------------------------
+
+    def _finalize(self, key, job: dict) -> None:
+        """Strict mode: KubeRay's finalizer on every RayJob, released a while after the deletion was asked for."""
+        meta = job["metadata"]
+        path = f"/apis/ray.io/v1/namespaces/{meta['namespace']}/rayjobs/{meta['name']}"
+        finalizers = list(meta.get("finalizers") or [])
+        if not meta.get("deletionTimestamp"):
+            if RAYJOB_FINALIZER not in finalizers:
+                self._merge_patch(path, {"metadata": {"finalizers": [*finalizers, RAYJOB_FINALIZER]}})
+            return
+        since = self._deleting.setdefault(key, time.monotonic())
+        if RAYJOB_FINALIZER in finalizers and time.monotonic() - since >= self.finalizer_seconds:
+            rest = [f for f in finalizers if f != RAYJOB_FINALIZER]
+            self._merge_patch(path, {"metadata": {"finalizers": rest or None}})
+            self._deleting.pop(key, None)
+
+    def _check_one_at_a_time(self, job: dict, jobs: list[dict], pods: list[dict]) -> None:
+        meta = job["metadata"]
+        cluster = ((job.get("spec") or {}).get("clusterSelector") or {}).get("ray.io/cluster")
+        for other in jobs:
+            o_meta = other["metadata"]
+            same = ((other.get("spec") or {}).get("clusterSelector") or {}).get("ray.io/cluster") == cluster
+            if o_meta["uid"] == meta["uid"] or o_meta["namespace"] != meta["namespace"] or not same:
+                continue
+            if o_meta.get("deletionTimestamp") or not sj.is_terminal(other.get("status") or {}):
+                self.violations.append(f"{meta['name']} started while {o_meta['name']} was still live or deleting")
+        terminating = [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")]
+        if terminating:
+            self.violations.append(f"{meta['name']} started while pods {terminating} were terminating")
 
     def _script_for(self, job: dict) -> sj.Script:
         annotation = (job["metadata"].get("annotations") or {}).get(hp.RAYJOB_SCRIPT)
@@ -260,6 +313,8 @@ class KubeRayStandIn:
         if phase == "":
             selector = spec.get("clusterSelector") or {}
             cluster_name = selector.get("ray.io/cluster") or f"{name}-{secrets.token_hex(3)[:5]}"
+            if self.strict:
+                self._check_one_at_a_time(job, self._jobs, pods.get((ns, cluster_name), []))
             self._patch_job(job, sj.initializing(job, cluster_name))
             return
         cluster_name = status["rayClusterName"]

@@ -131,9 +131,13 @@ def pod_is_live(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def pod_is_ready(pod: dict) -> bool:
+def pod_is_ready(pod: dict, *, include_terminating: bool = False) -> bool:
+    """Running and Ready. KubeRay v1.5 counts a Terminating pod that still reports Ready among the ready replicas
+    (``include_terminating``, the stand-in's strict mode)."""
     status = pod.get("status") or {}
-    if status.get("phase") != "Running" or not pod_is_live(pod):
+    if status.get("phase") != "Running":
+        return False
+    if not pod_is_live(pod) and not (include_terminating and pod["metadata"].get("deletionTimestamp")):
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
@@ -145,7 +149,9 @@ def _condition(ctype: str, ok: bool, reason: str, message: str, previous: list[d
     return {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
 
 
-def cluster_status(cluster: dict, pods: list[dict], service_name: str | None, now: str) -> dict:
+def cluster_status(
+    cluster: dict, pods: list[dict], service_name: str | None, now: str, *, strict: bool = False
+) -> dict:
     """The status KubeRay v1.5 reports for ``cluster`` given its pods (all of them, any phase)."""
     spec = cluster.get("spec") or {}
     old = cluster.get("status") or {}
@@ -164,6 +170,14 @@ def cluster_status(cluster: dict, pods: list[dict], service_name: str | None, no
     workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker" and pod_is_live(p)]
     desired = sum(w.count for w in wants if w.node_type == "worker")
     ready_workers = sum(1 for p in workers if pod_is_ready(p))
+    if strict:  # ...plus the Terminating workers that still say Ready
+        ready_workers += sum(
+            1
+            for p in pods
+            if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+            and p["metadata"].get("deletionTimestamp")
+            and pod_is_ready(p, include_terminating=True)
+        )
     head = heads[0] if heads else None
     head_ready = head is not None and pod_is_ready(head)
     all_ready = head_ready and ready_workers >= desired

@@ -356,6 +356,10 @@ class _Decider:
             phase = "Provisioning" if self.status.attempt == 0 else "Recovering"
             self.set_phase(phase, self.waiting_for_cluster(), self.pod_problem[0] if self.pod_problem else phase)
             return
+        lingering = self.previous_attempt_lingers()
+        if lingering is not None:
+            self.set_phase("Recovering", f"waiting before attempt {self.status.attempt + 1}: {lingering}")
+            return
         n = self.status.attempt + 1
         if self.status.observed_generation == self.gen and self.obs.raycluster is not None:
             self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]  # heal deleted static children
@@ -380,6 +384,25 @@ class _Decider:
         where = f", resuming from the latest complete checkpoint (step {known} or newer)" if known is not None else ""
         self.event("Normal", "AttemptStarted", f"attempt {n} started as RayJob {rayjob_name(self.job.name, n)}{where}")
         self.set_phase("Running", f"attempt {n} submitted{where}")
+
+    def previous_attempt_lingers(self) -> str | None:
+        """Why the next attempt must not start yet. One attempt at a time: an earlier RayJob still running or held
+        by KubeRay's finalizer, a Ray pod still terminating (it may still hold GPUs, NCCL peers and checkpoint
+        files), or a Ray pod on a node that is going away. KubeRay counts Terminating pods that still say Ready as
+        ready replicas, so cluster readiness alone does not tell."""
+        for attempt, rayjob in sorted(self.obs.rayjobs.items()):
+            name = rayjob_name(self.job.name, attempt)
+            if (rayjob.get("metadata") or {}).get("deletionTimestamp"):
+                return f"RayJob {name} is still being deleted"
+            if rayjob_outcome(rayjob)[0] in ("Pending", "Running"):
+                return f"RayJob {name} is still active"
+        for pod in self.obs.pods:
+            if pod.terminating:
+                return f"Ray pod {pod.name} is still terminating"
+            verdict = self.obs.nodes.get(pod.node or "")
+            if verdict is not None and verdict.stop:
+                return f"Ray pod {pod.name} is still on node {pod.node} ({verdict.reason})"
+        return None
 
     def succeed(self, cur: Attempt) -> None:
         self.status.finished_at = self.status.finished_at or ts(self.now)

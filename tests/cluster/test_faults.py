@@ -18,6 +18,13 @@ from tests.support.operator import Jobs, phases_until_done, wait_until
 pytestmark = pytest.mark.cluster
 
 
+@pytest.fixture
+def kuberay(kuberay_strict):
+    """Every fault test runs against the strict stand-in (KubeRay's deletion and termination timing), which fails
+    the test if an attempt ever starts before the previous one is gone."""
+    return kuberay_strict
+
+
 def ray_pod(core: client.CoreV1Api, ns: str, job: str, component: str) -> client.V1Pod:
     def find():
         pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}={job},{c.LABEL_COMPONENT}={component}")

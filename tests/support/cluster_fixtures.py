@@ -108,12 +108,17 @@ def hyperpod_nodes(core: client.CoreV1Api) -> Iterator[HyperPodNodes]:
     helper.cleanup()
 
 
-def _standin(api_client: client.ApiClient, namespace: str, tmp_path: Path, mode: str) -> Iterator[KubeRayStandIn]:
-    standin = KubeRayStandIn(api_client, mode=mode, namespaces={namespace}, log_dir=tmp_path / "rayjobs", resync=0.3)
+def _standin(
+    api_client: client.ApiClient, namespace: str, tmp_path: Path, mode: str, strict: bool = False
+) -> Iterator[KubeRayStandIn]:
+    standin = KubeRayStandIn(
+        api_client, mode=mode, namespaces={namespace}, log_dir=tmp_path / "rayjobs", resync=0.3, strict=strict
+    )
     standin.start()
     yield standin
     standin.stop()
     assert not standin.errors, f"the stand-in's reconcile loop failed: {standin.errors}"
+    assert not standin.violations, f"two attempts overlapped: {standin.violations}"
 
 
 @pytest.fixture
@@ -121,6 +126,13 @@ def kuberay(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Ite
     """The KubeRay stand-in in scripted mode, limited to this test's namespace. ``kuberay.script(name, ...)``
     decides how RayJobs end; RayJob logs of run-mode jobs go to ``tmp_path / "rayjobs"``."""
     yield from _standin(api_client, namespace, tmp_path, "scripted")
+
+
+@pytest.fixture
+def kuberay_strict(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[KubeRayStandIn]:
+    """Scripted mode with KubeRay v1.5's timing: RayJob finalizers, graceful pod termination, Terminating pods
+    counted as ready; it records any attempt that starts while the previous one is not gone."""
+    yield from _standin(api_client, namespace, tmp_path, "scripted", strict=True)
 
 
 @pytest.fixture

@@ -293,3 +293,21 @@ def test_fixing_an_invalid_spec_lets_the_job_start() -> None:
     plan = decide(j, 2, Observed(), T0)
     assert plan.status["phase"] == "Provisioning" and "RayCluster/geo" in kinds(plan)
     assert cond(plan, "Stalled") == "False"
+
+
+def test_next_attempt_waits_until_the_previous_rayjob_and_its_pods_are_gone() -> None:
+    j = running_attempt()
+    failed = rayjob("Failed", "FAILED", message="boom")
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: failed}, pods=PODS), T0))
+    later = T0 + timedelta(minutes=5)  # well past the backoff
+    deleting = {**failed, "metadata": {"name": "geo-a1", "deletionTimestamp": ts(T0)}}
+    terminating = [PODS[0], PodInfo("geo-worker-1", "ray-worker", "hyperpod-i-1", T0, "Running", terminating=True)]
+    for world in (
+        Observed(raycluster=ready_cluster(j), rayjobs={1: deleting}, pods=PODS),
+        Observed(raycluster=ready_cluster(j), pods=terminating),
+        Observed(raycluster=ready_cluster(j), pods=PODS, nodes=verdicts(("hyperpod-i-1", None))),
+    ):
+        plan = decide(j, 1, world, later)
+        assert "RayJob/geo-a2" not in kinds(plan) and plan.status["phase"] == "Recovering", plan.status["message"]
+        assert "waiting before attempt 2" in plan.status["message"]
+    assert "RayJob/geo-a2" in kinds(decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), later))
