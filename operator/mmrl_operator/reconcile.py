@@ -117,6 +117,9 @@ class _Decider:
         if self._failed_reason() == "InvalidSpec" and self.status.observed_generation != self.gen:
             self.status.phase = "Pending"  # the spec was fixed: an invalid spec never started anything to keep
             self.status.finished_at = None
+        elif self._failed_reason() == "RestartBudgetExhausted" and self.budget_raised():
+            self.status.phase, self.status.finished_at = "Recovering", None
+            self.event("Normal", "Resumed", "restart budget raised: resuming from the latest complete checkpoint")
         if self.status.phase in ("Succeeded", "Failed"):
             self.finished()
         elif self.spec.suspend:
@@ -157,6 +160,16 @@ class _Decider:
             self.stop_if_active(attempt)  # a finished job leaves nothing running
         self.message = self.status.message or self.status.phase
         self.reason = self.status.phase if self.status.phase == "Succeeded" else self._failed_reason()
+
+    def budget_raised(self) -> bool:
+        """A job that ran out of restarts may go on once the user raised the budget it exhausted."""
+        last = self.current()
+        if last is None or last.failure is None:
+            return False
+        budget = budget_of(last.failure)
+        res = self.spec.resilience
+        limit = res.max_infra_restarts if budget == "infra" else res.max_restarts
+        return self.status.restarts.get(budget, 0) <= limit
 
     def _failed_reason(self) -> str:
         for cond in self.status.conditions:
@@ -247,9 +260,11 @@ class _Decider:
             cur.resumed_from_step = prog.resumed_from_step
 
     def track_running(self, cur: Attempt) -> None:
-        # Faults seen while the attempt runs mark it infra-affected, even if the attempt survives them.
-        for v in self.obs.nodes.values():
-            if v.fault and cur.node is None:
+        # A node going away while the attempt runs makes its end an infrastructure failure. A degraded-only verdict
+        # (a cordon, a deep health check in progress, a fault label) does not: the attempt keeps training, and if
+        # the trainer later fails on its own that is still the application's failure.
+        for v in self.stopping:
+            if cur.node is None:
                 cur.node = v.node
         self.record_trainer_report(cur)
         rayjob = self.obs.rayjobs.get(cur.index)

@@ -64,3 +64,41 @@ def test_operator_restarts_never_stop_training_on_nodes_its_caches_have_not_seen
     finally:
         for name in fillers:
             core.delete_node(name)
+
+
+def test_a_cordoned_node_does_not_make_an_application_failure_infra(jobs, operator, kuberay, hyperpod_nodes, core):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a1", "fail-after=4,message=loss is NaN")
+    kuberay.script("geo-a2", "succeed-after=1")
+    jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    worker = next(
+        p for p in core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_JOB}=geo").items if p.spec.node_name
+    )
+    core.patch_node(worker.spec.node_name, {"spec": {"unschedulable": True}})  # kubectl cordon
+    try:
+        wait_until(lambda: jobs.status("geo").get("phase") == "Succeeded", 90, what="the job to succeed")
+    finally:
+        core.patch_node(worker.spec.node_name, {"spec": {"unschedulable": False}})
+    status = jobs.status("geo")
+    assert status["attempts"][0]["failure"] == "application" and status["restarts"] == {"application": 1}
+
+
+def test_raising_maxrestarts_resumes_a_job_that_ran_out_of_restarts(jobs, operator, kuberay, nodes_ready):
+    kuberay.script("geo-a1", "fail-after=1,message=CUDA error")
+    kuberay.script("geo-a2", "succeed-after=1")
+    jobs.create(cluster_job("geo", {"spec": {"resilience": {"maxRestarts": 0}}}))
+    wait_until(lambda: jobs.status("geo").get("phase") == "Failed", 60, what="the budget to run out")
+    assert next(x for x in jobs.status("geo")["conditions"] if x["type"] == "Stalled")["reason"] == (
+        "RestartBudgetExhausted"
+    )
+    job_dir = jobs.status("geo")["jobDir"]
+
+    jobs.patch("geo", {"spec": {"resilience": {"maxRestarts": 1}}})
+
+    wait_until(lambda: jobs.status("geo").get("phase") == "Succeeded", 60, what="the resumed job to succeed")
+    status = jobs.status("geo")
+    assert [a["result"] for a in status["attempts"]] == ["Failed", "Succeeded"]
+    assert status["jobDir"] == job_dir and jobs.ray_names("rayjobs") == ["geo-a1", "geo-a2"]
+    assert "Resumed" in jobs.events("geo")

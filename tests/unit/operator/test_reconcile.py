@@ -311,3 +311,31 @@ def test_next_attempt_waits_until_the_previous_rayjob_and_its_pods_are_gone() ->
         assert "RayJob/geo-a2" not in kinds(plan) and plan.status["phase"] == "Recovering", plan.status["message"]
         assert "waiting before attempt 2" in plan.status["message"]
     assert "RayJob/geo-a2" in kinds(decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), later))
+
+
+def test_a_cordon_does_not_turn_an_application_failure_into_an_infra_one() -> None:
+    j = running_attempt()
+    cordoned = node("hyperpod-i-1")
+    cordoned["spec"] = {"unschedulable": True}
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS, nodes=verdicts(cordoned))
+    j = advance(j, decide(j, 1, world, T0 + timedelta(seconds=5)))
+    failed = Observed(
+        raycluster=ready_cluster(j), rayjobs={1: rayjob("Failed", "FAILED")}, pods=PODS, nodes=verdicts(cordoned)
+    )
+    plan = decide(j, 1, failed, T0 + timedelta(seconds=10))
+    assert plan.status["attempts"][0]["failure"] == "application"
+    assert plan.status["restarts"] == {"application": 1}
+
+
+def test_raising_the_exhausted_budget_resumes_a_failed_job() -> None:
+    j = running_attempt({"spec": {"resilience": {"maxRestarts": 0}}})
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Failed", "FAILED")}, pods=PODS), T0)
+    assert plan.status["phase"] == "Failed" and cond(plan, "Stalled") == "True"
+    stuck = job({"spec": {"resilience": {"maxRestarts": 0}}}, status=plan.status)
+    assert decide(stuck, 1, Observed(raycluster=ready_cluster(stuck), pods=PODS), T0).status["phase"] == "Failed"
+    raised = job({"spec": {"resilience": {"maxRestarts": 1}}}, status=plan.status)
+    later = T0 + timedelta(minutes=5)
+    resumed = decide(raised, 2, Observed(raycluster=ready_cluster(raised), pods=PODS), later)
+    assert resumed.status["phase"] == "Running" and "RayJob/geo-a2" in kinds(resumed)
+    assert resumed.status["attempts"][1]["cause"] == "application" and "finishedAt" not in resumed.status
+    assert [e.reason for e in resumed.events][:1] == ["Resumed"]

