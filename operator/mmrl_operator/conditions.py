@@ -23,14 +23,15 @@ class Facts:
     training: bool
     degraded_message: str | None
     pod_problem: tuple[str, str] | None = None  # (reason, message) of a Ray pod that cannot start
+    stalled: tuple[str, str] | None = None  # (reason, message) when the operator cannot make progress
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
     p = facts.phase
     return [
-        ("Ready", p in ("Succeeded", "Serving"), p, facts.message),
+        ("Ready", p in ("Succeeded", "Serving"), facts.stalled[0] if facts.stalled else p, facts.message),
         ("Reconciling", p in IN_PROGRESS, p, facts.message),
-        ("Stalled", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
+        _stalled(facts),
         _cluster_ready(facts),
         ("Training", facts.training, "AttemptRunning" if facts.training else p, facts.message),
         (
@@ -43,6 +44,14 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
         ("Suspended", p == "Suspended", p, facts.message),
     ]
+
+
+def _stalled(facts: Facts) -> tuple[str, bool | None, str, str]:
+    if facts.phase == "Failed":
+        return ("Stalled", True, facts.reason, facts.message)
+    if facts.stalled is not None:
+        return ("Stalled", True, facts.stalled[0], facts.stalled[1])
+    return ("Stalled", False, facts.phase, facts.message)
 
 
 def _cluster_ready(facts: Facts) -> tuple[str, bool | None, str, str]:

@@ -7,6 +7,7 @@ older than the previous pass's write. `progress` is owned by the trainer and nev
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from mmrl_operator import metrics
 from mmrl_operator.api import parse_job
 from mmrl_operator.api.job import MultimodalRLJob
 from mmrl_operator.health import node_verdict
-from mmrl_operator.kube import Kube
+from mmrl_operator.kube import ApplyRejected, Kube
 from mmrl_operator.names import attempt_of, raycluster_name
 from mmrl_operator.observed import Observed, PodInfo, pod_problem
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
@@ -108,9 +109,20 @@ def reconcile(
     except ValueError as exc:
         _invalid(kube, raw, f"invalid spec: {exc}", now)
         return None
-    plan = decide(job, raw["metadata"].get("generation", 0), observe(kube, job, node_lookup), now)
+    generation = raw["metadata"].get("generation", 0)
+    observed = observe(kube, job, node_lookup)
+    plan = decide(job, generation, observed, now)
+    refused = []
     for obj in plan.apply:
-        kube.apply(obj)
+        try:
+            kube.apply(obj)
+        except ApplyRejected as exc:
+            refused.append(str(exc))
+    if refused:
+        # Decide again knowing the applies failed: the status then says why (Stalled/ApplyFailed) instead of
+        # recording an attempt that was never created, while deletes (fault handling) still go ahead.
+        plan = decide(job, generation, dataclasses.replace(observed, apply_error="; ".join(refused)), now)
+        plan.apply = []
     for d in plan.delete:
         kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)
     for e in plan.events:

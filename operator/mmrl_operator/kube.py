@@ -7,6 +7,7 @@ injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from datetime import UTC, datetime
@@ -15,11 +16,27 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from mmrl_operator import constants as c
 
 log = logging.getLogger("mmrl.kube")
+
+
+class ApplyRejected(Exception):
+    """The apiserver refused an apply for good (4xx: schema, an admission webhook or policy, quota, RBAC); retrying
+    the same object will not help until someone changes the spec or the cluster."""
+
+    def __init__(self, kind: str, name: str, status: int, message: str) -> None:
+        super().__init__(f"{kind} {name} was refused ({status}): {message}")
+        self.kind, self.name, self.status, self.message = kind, name, status, message
+
+
+def _api_message(body: object) -> str:
+    try:
+        return str(json.loads(body).get("message") or body)  # type: ignore[arg-type]
+    except (TypeError, ValueError, AttributeError):
+        return str(body)
 
 
 def load_config() -> client.ApiClient:
@@ -94,13 +111,19 @@ class Kube:
     def apply(self, obj: dict[str, Any]) -> None:
         self.calls += 1
         meta = obj["metadata"]
-        self._resource(obj["apiVersion"], obj["kind"]).server_side_apply(
-            body=obj,
-            name=meta["name"],
-            namespace=meta.get("namespace"),
-            field_manager=c.FIELD_MANAGER,
-            force_conflicts=True,
-        )
+        try:
+            self._resource(obj["apiVersion"], obj["kind"]).server_side_apply(
+                body=obj,
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                field_manager=c.FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        except DynamicApiError as exc:
+            # 409 cannot happen with force; 429 is throttling: both are worth retrying, the rest is not.
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (409, 429):
+                raise ApplyRejected(obj["kind"], meta["name"], exc.status, _api_message(exc.body)) from exc
+            raise
         self._wrote()
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, grace: int | None = None) -> bool:

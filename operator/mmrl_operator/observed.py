@@ -39,6 +39,9 @@ class Observed:
     rayjobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> RayJob
     pods: list[PodInfo] = field(default_factory=list)
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
+    apply_error: str | None = None
+    """Set when this pass's applies were refused by the apiserver (see controller.reconcile): decide again with
+    it, so the status says why and no attempt is recorded that was never created."""
 
 
 # Container waiting reasons that mean the pod will not become ready without someone changing something.

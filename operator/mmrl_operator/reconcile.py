@@ -25,6 +25,8 @@ from mmrl_operator.names import job_dir, raycluster_name, rayjob_name
 from mmrl_operator.observed import Observed, desired_workers, pod_set_digest, raycluster_ready, rayjob_outcome
 from mmrl_trainer.contract import fatal_reason, last_error_line
 
+APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried on this period and on every change
+
 
 @dataclass(frozen=True)
 class Event:
@@ -362,6 +364,8 @@ class _Decider:
         self.set_phase("Recovering", f"attempt {cur.index} {ended} ({kind}): {message}")
 
     def start_when_ready(self, cause: str) -> None:
+        if self.obs.apply_error:
+            return  # this pass could not create the children; finish() reports why, the next pass retries
         after = parse_ts(self.status.next_attempt_after)
         if after is not None and self.now < after:
             self.due.append(after)
@@ -426,6 +430,12 @@ class _Decider:
         self.event("Normal", "Succeeded", self.status.message)
 
     def finish(self) -> Plan:
+        if self.obs.apply_error:
+            self.message = f"the apiserver refused a child object: {self.obs.apply_error}"
+            before = next((x for x in self.status.conditions if x.type == "Stalled"), None)
+            if not (before and before.reason == "ApplyFailed" and before.message == self.obs.apply_error):
+                self.event("Warning", "ApplyFailed", self.obs.apply_error)  # once per distinct refusal
+            self.due.append(self.now + timedelta(seconds=APPLY_RETRY_SECONDS))
         self.status.attempts = self.status.attempts[-MAX_ATTEMPT_HISTORY:]
         self.status.observed_generation = self.gen
         if self.status.phase not in ("Failed",):
@@ -445,6 +455,7 @@ class _Decider:
             training=training,
             degraded_message=f"node faults: {degraded}" if degraded else None,
             pod_problem=self.pod_problem,
+            stalled=("ApplyFailed", self.obs.apply_error) if self.obs.apply_error else None,
         )
         self.status.conditions = compute_conditions(self.status.conditions, facts, ts(self.now))
         self.plan.status = self.status.wire()

@@ -102,3 +102,127 @@ def test_raising_maxrestarts_resumes_a_job_that_ran_out_of_restarts(jobs, operat
     assert [a["result"] for a in status["attempts"]] == ["Failed", "Succeeded"]
     assert status["jobDir"] == job_dir and jobs.ray_names("rayjobs") == ["geo-a1", "geo-a2"]
     assert "Resumed" in jobs.events("geo")
+
+
+class AdmissionPolicy:
+    """A ValidatingAdmissionPolicy + binding limited to one namespace, standing in for a Kueue or policy webhook."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, resource: str, expression: str, why: str):
+        self.api = client.AdmissionregistrationV1Api(api_client)
+        self.name = f"mmrl-test-{namespace}"[:63]
+        self.api.create_validating_admission_policy(
+            {
+                "metadata": {"name": self.name},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {
+                        "resourceRules": [
+                            {
+                                "apiGroups": ["ray.io"],
+                                "apiVersions": ["v1"],
+                                "operations": ["CREATE", "UPDATE"],
+                                "resources": [resource],
+                            }
+                        ]
+                    },
+                    "validations": [{"expression": expression, "message": why}],
+                },
+            }
+        )
+        self.api.create_validating_admission_policy_binding(
+            {
+                "metadata": {"name": self.name},
+                "spec": {
+                    "policyName": self.name,
+                    "validationActions": ["Deny"],
+                    "matchResources": {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                    },
+                },
+            }
+        )
+
+    def wait_active(self, custom: client.CustomObjectsApi, namespace: str, plural: str, probe: dict) -> None:
+        def refused() -> bool:
+            try:
+                custom.create_namespaced_custom_object("ray.io", "v1", namespace, plural, probe, dry_run="All")
+            except client.ApiException as exc:
+                return exc.status in (400, 403, 422)
+            return False
+
+        wait_until(refused, 30, what="the admission policy to take effect")
+
+    def delete(self) -> None:
+        self.api.delete_validating_admission_policy_binding(self.name)
+        self.api.delete_validating_admission_policy(self.name)
+
+
+def test_a_refused_raycluster_is_reported_as_apply_failed_with_the_apiservers_message(
+    jobs, operator, kuberay, nodes_ready, api_client, custom
+):
+    why = "hostIPC is not allowed in this namespace"
+    expr = "!has(object.spec.headGroupSpec.template.spec.hostIPC) || !object.spec.headGroupSpec.template.spec.hostIPC"
+    policy = AdmissionPolicy(api_client, jobs.ns, "rayclusters", expr, why)
+    try:
+        probe = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "probe"},
+            "spec": {"headGroupSpec": {"template": {"spec": {"hostIPC": True, "containers": [{"name": "x"}]}}}},
+        }
+        policy.wait_active(custom, jobs.ns, "rayclusters", probe)
+        jobs.create(cluster_job("geo", {"spec": {"cluster": {"podTemplate": {"specPatch": {"hostIPC": True}}}}}))
+
+        def stalled():
+            cond = next((x for x in jobs.status("geo").get("conditions") or [] if x["type"] == "Stalled"), None)
+            return cond if cond and cond["status"] == "True" and cond["reason"] == "ApplyFailed" else None
+
+        cond = wait_until(stalled, 30, what="Stalled=True/ApplyFailed")
+        assert "RayCluster geo was refused" in cond["message"] and why in cond["message"]
+        status = jobs.status("geo")
+        assert status["observedGeneration"] == jobs.get("geo")["metadata"]["generation"]
+        assert jobs.condition("geo", "Ready") == "False" and jobs.ray_names("rayclusters") == []
+        assert jobs.events("geo").count("ApplyFailed") == 1
+    finally:
+        policy.delete()
+
+
+def test_fault_handling_goes_on_while_the_next_rayjob_is_refused(
+    jobs, operator, kuberay, hyperpod_nodes, api_client, custom
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    kuberay.script("geo-a1", "hang,fail-on-node-loss")
+    kuberay.script("geo-a2", "succeed-after=1")
+    policy = AdmissionPolicy(
+        api_client, jobs.ns, "rayjobs", "!object.metadata.name.endsWith('-a2')", "the team's quota is used up"
+    )
+    try:
+        probe = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {"name": "probe-a2"},
+            "spec": {"entrypoint": "x", "clusterSelector": {"ray.io/cluster": "x"}},
+        }
+        policy.wait_active(custom, jobs.ns, "rayjobs", probe)
+        jobs.create(cluster_job("geo"))
+        wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+        pods = client.CoreV1Api(api_client).list_namespaced_pod(
+            jobs.ns, label_selector=f"{c.LABEL_COMPONENT}=ray-worker"
+        )
+        worker_node = next(p.spec.node_name for p in pods.items if p.spec.node_name)
+        hyperpod_nodes.set_health(worker_node, "UnschedulablePendingReboot")
+        wait_until(
+            lambda: (
+                jobs.status("geo")["attempts"][0]["result"] == "Stopped" and jobs.condition("geo", "Stalled") == "True"
+            ),
+            60,
+            what="attempt 1 stopped while attempt 2 is refused",
+        )
+        status = jobs.status("geo")
+        assert status["attempt"] == 1 and status["restarts"] == {"infra": 1}
+        assert "the team's quota is used up" in status["message"]
+    finally:
+        policy.delete()
+    wait_until(lambda: jobs.status("geo").get("phase") == "Succeeded", 90, what="attempt 2 once the policy is gone")
+    assert jobs.status("geo")["restarts"] == {"infra": 1}

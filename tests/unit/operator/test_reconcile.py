@@ -339,3 +339,17 @@ def test_raising_the_exhausted_budget_resumes_a_failed_job() -> None:
     assert resumed.status["phase"] == "Running" and "RayJob/geo-a2" in kinds(resumed)
     assert resumed.status["attempts"][1]["cause"] == "application" and "finishedAt" not in resumed.status
     assert [e.reason for e in resumed.events][:1] == ["Resumed"]
+
+
+def test_a_refused_rayjob_apply_records_no_attempt_and_says_why() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    refused = "RayJob geo-a1 was refused (403): admission webhook denied the request: quota exceeded"
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), apply_error=refused), T0)
+    assert plan.status.get("attempt", 0) == 0 and not plan.status.get("attempts")
+    stalled = next(c for c in plan.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"], stalled["message"]) == ("True", "ApplyFailed", refused)
+    assert refused in plan.status["message"] and [e.reason for e in plan.events] == ["ApplyFailed"]
+    assert plan.requeue_after == 30
+    again = decide(advance(j, plan), 1, Observed(raycluster=ready_cluster(j), apply_error=refused), T0)
+    assert again.events == []  # the same refusal is not announced again
