@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from mmrl_operator.api.status import Condition
 
-IN_PROGRESS = ("Pending", "Provisioning", "Running", "Recovering", "Exporting")
+IN_PROGRESS = ("Pending", "Provisioning", "Queued", "Running", "Recovering", "Exporting")
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,12 @@ def desired_workers(raycluster: dict[str, Any]) -> int:
     return sum(int(g.get("replicas", 0)) * int(g.get("numOfHosts", 1)) for g in groups)
 
 
+def queued_by_kueue(raycluster: dict[str, Any] | None) -> bool:
+    """Kueue holds a RayCluster it has not admitted (or has preempted) with `spec.suspend: true`. mmrl never sets
+    that field, so when it is true it is Kueue's (or another admission controller's) doing."""
+    return bool(((raycluster or {}).get("spec") or {}).get("suspend"))
+
+
 def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
     """None when there is no cluster; True when the head is ready and every desired worker is ready."""
     if raycluster is None:

@@ -22,7 +22,14 @@ from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.names import job_dir, raycluster_name, rayjob_name
-from mmrl_operator.observed import Observed, desired_workers, pod_set_digest, raycluster_ready, rayjob_outcome
+from mmrl_operator.observed import (
+    Observed,
+    desired_workers,
+    pod_set_digest,
+    queued_by_kueue,
+    raycluster_ready,
+    rayjob_outcome,
+)
 from mmrl_trainer.contract import fatal_reason, last_error_line
 
 APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried on this period and on every change
@@ -52,8 +59,10 @@ class Plan:
     requeue_after: float | None = None
 
 
-def budget_of(failure: str) -> str:
-    """The restart budget a failure class spends: infra, or application (application and hang)."""
+def budget_of(failure: str) -> str | None:
+    """The restart budget a failure class spends: infra, application (application and hang), or none (preemption)."""
+    if failure == "preemption":
+        return None
     return "infra" if failure == "infra" else "application"
 
 
@@ -169,6 +178,8 @@ class _Decider:
         if last is None or last.failure is None:
             return False
         budget = budget_of(last.failure)
+        if budget is None:
+            return False
         res = self.spec.resilience
         limit = res.max_infra_restarts if budget == "infra" else res.max_restarts
         return self.status.restarts.get(budget, 0) <= limit
@@ -276,7 +287,11 @@ class _Decider:
         outcome, message = rayjob_outcome(rayjob)
         node, why = self.infra_signal(cur)
         fatal = fatal_reason(message) if outcome == "Failed" and not (node or why) else None
-        if self.stopping and outcome in ("Pending", "Running"):
+        if queued_by_kueue(self.obs.raycluster) and outcome != "Succeeded":
+            # Kueue took the cluster back (preemption): the pods are going, so is the attempt. Not a failure.
+            self.delete_rayjob(cur.index)
+            self.end_attempt(cur, "preemption", None, "the RayCluster was preempted by Kueue", result="Stopped")
+        elif self.stopping and outcome in ("Pending", "Running"):
             self.delete_rayjob(cur.index)
             self.end_attempt(cur, "infra", node, f"stopped: {why}", result="Stopped")
         elif fatal is not None:
@@ -336,6 +351,10 @@ class _Decider:
         cur.node, cur.message = node or cur.node, message[:1024]
         ended = "was stopped" if result == "Stopped" else "failed"
         budget = budget_of(kind)
+        if budget is None:  # preempted: no budget, no backoff; Kueue decides when it runs again
+            self.event("Normal", "AttemptPreempted", f"attempt {cur.index} {ended}: {message}")
+            self.set_phase("Queued", f"attempt {cur.index} {ended}: {message}; waiting for Kueue", "QueuedByKueue")
+            return
         used = self.status.restarts.get(budget, 0) + 1
         self.status.restarts[budget] = used
         res = self.spec.resilience
@@ -370,6 +389,10 @@ class _Decider:
         if after is not None and self.now < after:
             self.due.append(after)
             self.set_phase("Recovering", self.message or "waiting before the next attempt")
+            return
+        if queued_by_kueue(self.obs.raycluster):
+            queue = (self.spec.cluster.kueue.queue_name if self.spec.cluster.kueue else None) or "its queue"
+            self.set_phase("Queued", f"the RayCluster waits for Kueue to admit it ({queue})", "QueuedByKueue")
             return
         if not self.cluster_ready():
             phase = "Provisioning" if self.status.attempt == 0 else "Recovering"
@@ -454,7 +477,11 @@ class _Decider:
             cluster_ready=self.cluster_ready() if self.status.phase != "Suspended" else None,
             training=training,
             degraded_message=f"node faults: {degraded}" if degraded else None,
-            pod_problem=self.pod_problem,
+            pod_problem=(
+                ("QueuedByKueue", "Kueue holds the RayCluster (spec.suspend) until it admits it")
+                if queued_by_kueue(self.obs.raycluster)
+                else self.pod_problem
+            ),
             stalled=("ApplyFailed", self.obs.apply_error) if self.obs.apply_error else None,
         )
         self.status.conditions = compute_conditions(self.status.conditions, facts, ts(self.now))

@@ -16,6 +16,7 @@ from mmrl_operator.api.base import ApiModel
 Phase = Literal[
     "Pending",
     "Provisioning",
+    "Queued",
     "Running",
     "Recovering",
     "Exporting",
@@ -27,9 +28,9 @@ Phase = Literal[
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
-AttemptCause = Literal["initial", "application", "infra", "hang", "resume", "spec-change"]
-"""Why an attempt was started: the first one, after an application or infra failure, after a hang, after an
-unsuspend, or after a spec change that required a new attempt."""
+AttemptCause = Literal["initial", "application", "infra", "hang", "preemption", "resume", "spec-change"]
+"""Why an attempt was started: the first one, after an application or infra failure, after a hang, after Kueue
+preempted the previous one, after an unsuspend, or after a spec change that required a new attempt."""
 
 MAX_ATTEMPT_HISTORY = 20
 
@@ -80,8 +81,9 @@ class Attempt(StatusModel):
     start_time: str | None = None
     end_time: str | None = None
     result: Literal["Running", "Succeeded", "Failed", "Stopped"] = "Running"
-    failure: Literal["application", "infra", "hang"] | None = None
-    """How a failed or stopped attempt was classified; decides which restart budget it spends."""
+    failure: Literal["application", "infra", "hang", "preemption"] | None = None
+    """How a failed or stopped attempt was classified; decides which restart budget it spends (a preemption by
+    Kueue spends none)."""
     node: str | None = None
     """The node whose fault ended the attempt, when there was one."""
     pod_set: str | None = None

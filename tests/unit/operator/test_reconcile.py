@@ -353,3 +353,35 @@ def test_a_refused_rayjob_apply_records_no_attempt_and_says_why() -> None:
     assert plan.requeue_after == 30
     again = decide(advance(j, plan), 1, Observed(raycluster=ready_cluster(j), apply_error=refused), T0)
     assert again.events == []  # the same refusal is not announced again
+
+
+def kueue_held(j, suspended: bool = True) -> dict:
+    rc = ready_cluster(j)
+    rc["spec"]["suspend"] = suspended
+    if suspended:
+        rc["status"] = {"state": "suspended"}
+    return rc
+
+
+def test_a_cluster_kueue_has_not_admitted_is_queued_and_mmrl_never_sets_suspend() -> None:
+    j = job()
+    plan = decide(j, 1, Observed(), T0)
+    (rc,) = [o for o in plan.apply if o["kind"] == "RayCluster"]
+    assert "suspend" not in rc["spec"]  # Kueue owns spec.suspend
+    j = advance(j, plan)
+    queued = decide(j, 1, Observed(raycluster=kueue_held(j)), T0)
+    assert queued.status["phase"] == "Queued" and "RayJob/geo-a1" not in kinds(queued)
+    ready = next(c for c in queued.status["conditions"] if c["type"] == "ClusterReady")
+    assert ready["reason"] == "QueuedByKueue" and cond(queued, "Reconciling") == "True"
+
+
+def test_a_kueue_preemption_stops_the_attempt_without_spending_a_budget() -> None:
+    j = running_attempt()
+    plan = decide(j, 1, Observed(raycluster=kueue_held(j), rayjobs={1: rayjob()}, pods=PODS), T0)
+    assert [(d.kind, d.name) for d in plan.delete] == [("RayJob", "geo-a1")]
+    (first,) = plan.status["attempts"]
+    assert (first["result"], first["failure"]) == ("Stopped", "preemption") and plan.status.get("restarts", {}) == {}
+    assert plan.status["phase"] == "Queued"
+    j = advance(j, plan)
+    readmitted = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0 + timedelta(seconds=1))
+    assert "RayJob/geo-a2" in kinds(readmitted) and readmitted.status["attempts"][1]["cause"] == "preemption"
