@@ -130,7 +130,9 @@ def reconcile(
         metrics.record_event(e.reason)
     patch = _status_patch(raw.get("status") or {}, plan.status)
     if patch:
-        kube.patch_status(namespace, name, patch)
+        # Only onto the object this pass decided from: a concurrent write (another replica, an old process)
+        # raises StatusConflict and the queue runs the pass again at once from a fresh read.
+        kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
         metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     log.info(

@@ -8,6 +8,8 @@ missed. Nodes and our pods are cached from their own watches so a node event fin
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -17,9 +19,9 @@ import kopf
 
 from mmrl_operator import constants as c
 from mmrl_operator import metrics
-from mmrl_operator.controller import reconcile
+from mmrl_operator.controller import TRAINER_OWNED, reconcile
 from mmrl_operator.health import health_signature
-from mmrl_operator.kube import Kube
+from mmrl_operator.kube import Kube, StatusConflict
 from mmrl_operator.leader import LeaderElector
 from mmrl_operator.workqueue import Key, WorkQueue
 
@@ -36,6 +38,7 @@ class Runtime:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pod_nodes: dict[tuple[str, str], tuple[str, Key]] = field(default_factory=dict)  # pod -> (node, job)
     phases: dict[Key, str] = field(default_factory=dict)
+    fingerprints: dict[Key, str] = field(default_factory=dict)  # see job_fingerprint
     stop: threading.Event = field(default_factory=threading.Event)
 
     def node(self, name: str) -> dict[str, Any] | None:
@@ -73,7 +76,11 @@ def install(runtime: Runtime) -> None:
 
 def reconcile_key(key: Key) -> float | None:
     assert RUNTIME is not None
-    plan = reconcile(RUNTIME.kube, key[0], key[1], node_lookup=RUNTIME.node)
+    try:
+        plan = reconcile(RUNTIME.kube, key[0], key[1], node_lookup=RUNTIME.node)
+    except StatusConflict:
+        metrics.STATUS_CONFLICTS.inc()
+        return 0.0  # decided on a stale read: decide again now, from a fresh GET
     if plan is None:
         RUNTIME.phases.pop(key, None)
         return None
@@ -115,14 +122,29 @@ def _probe(**_: Any) -> bool:
     return bool(RUNTIME and (RUNTIME.elector is None or RUNTIME.elector.is_leader()))
 
 
+def job_fingerprint(body: Any) -> str:
+    """Everything of a job a reconcile decides on, except the trainer's progress: a heartbeat changes only that,
+    and needs no pass (the hang deadline is already queued, and the pass at that time reads the newest heartbeat)."""
+    meta = body.get("metadata") or {}
+    status = {k: v for k, v in (body.get("status") or {}).items() if k != TRAINER_OWNED}
+    seen = [meta.get("generation"), meta.get("deletionTimestamp"), status]
+    return hashlib.sha1(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
+
+
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def _job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
+def _job_event(type: str | None, name: str, namespace: str, body: kopf.Body, **_: Any) -> None:
     assert RUNTIME is not None
     key = (namespace, name)
     if type == "DELETED":
         RUNTIME.phases.pop(key, None)
+        RUNTIME.fingerprints.pop(key, None)
         return
     RUNTIME.phases.setdefault(key, "Pending")
+    fingerprint = job_fingerprint(body)
+    if RUNTIME.fingerprints.get(key) == fingerprint:
+        metrics.PROGRESS_ONLY_EVENTS.inc()
+        return
+    RUNTIME.fingerprints[key] = fingerprint
     RUNTIME.queue.add(key)
 
 

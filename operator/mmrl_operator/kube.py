@@ -23,6 +23,10 @@ from mmrl_operator import constants as c
 log = logging.getLogger("mmrl.kube")
 
 
+class StatusConflict(Exception):
+    """The job changed between our read and our status write; the pass must be decided again from a fresh read."""
+
+
 class ApplyRejected(Exception):
     """The apiserver refused an apply for good (4xx: schema, an admission webhook or policy, quota, RBAC); retrying
     the same object will not help until someone changes the spec or the cluster."""
@@ -138,11 +142,30 @@ class Kube:
         self._wrote()
         return True
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> None:
+        """Merge-patch the status under our field manager. With `resource_version` the apiserver applies it only
+        to the object the decision was made from (409 Conflict otherwise, raised as StatusConflict)."""
         self.calls += 1
-        self.custom.patch_namespaced_custom_object_status(
-            c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"status": status}
-        )
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                c.GROUP,
+                c.VERSION,
+                namespace,
+                c.PLURAL,
+                name,
+                body,
+                field_manager=c.FIELD_MANAGER,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise StatusConflict(f"{namespace}/{name} changed since it was read") from exc
+            raise
         self._wrote()
 
     def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:

@@ -13,6 +13,10 @@ RECONCILE_SECONDS = Histogram(
 RECONCILE_ERRORS = Counter("mmrl_reconcile_errors_total", "Reconcile passes that raised")
 ATTEMPTS = Counter("mmrl_attempts_started_total", "Training attempts started")
 RESTARTS = Counter("mmrl_restarts_total", "Failed attempts by cause", ["cause"])
+STATUS_CONFLICTS = Counter("mmrl_status_conflicts_total", "Status writes refused because the job changed meanwhile")
+PROGRESS_ONLY_EVENTS = Counter(
+    "mmrl_progress_only_events_total", "Job updates that changed only the trainer's progress (no reconcile queued)"
+)
 NODE_FAULTS = Counter("mmrl_node_faults_total", "Node faults seen on nodes hosting job pods")
 
 _EVENT_COUNTERS = {

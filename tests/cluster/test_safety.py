@@ -3,6 +3,8 @@ one, and never stops healthy training."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kubernetes import client
 
@@ -226,3 +228,18 @@ def test_fault_handling_goes_on_while_the_next_rayjob_is_refused(
         policy.delete()
     wait_until(lambda: jobs.status("geo").get("phase") == "Succeeded", 90, what="attempt 2 once the policy is gone")
     assert jobs.status("geo")["restarts"] == {"infra": 1}
+
+
+def test_trainer_heartbeats_do_not_cost_reconcile_passes(jobs, operator, kuberay, nodes_ready):
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo", {"spec": {"resilience": {"hangTimeoutSeconds": 600}}}))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    wait_until(lambda: passes(operator) > 0, 30, what="metrics")
+    before = passes(operator)
+    for step in range(1, 31):
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        jobs.patch_status("geo", {"progress": {"attempt": 1, "step": step, "heartbeat": now}})
+    time.sleep(3)  # covers one resync (MMRL_RESYNC_SECONDS=2 in tests)
+    assert passes(operator) - before <= 4, "heartbeats triggered reconcile passes"
+    assert operator.metric("mmrl_progress_only_events_total") >= 25
+    assert jobs.status("geo")["phase"] == "Running"
