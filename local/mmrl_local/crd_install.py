@@ -27,3 +27,22 @@ def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise TimeoutError("the MultimodalRLJob CRD was not Established")
+
+
+def install_trainer_status_policy(api: client.ApiClient, timeout: float = 30.0) -> None:
+    """The admission policy that keeps trainers to their own status fields (mmrl_operator.policy)."""
+    from mmrl_operator.policy import build_trainer_status_policy
+
+    dyn = DynamicClient(api)
+    for obj in build_trainer_status_policy():
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        res.server_side_apply(body=obj, name=obj["metadata"]["name"], field_manager="mmrl-local", force_conflicts=True)
+    policy = build_trainer_status_policy()[0]
+    admission = client.AdmissionregistrationV1Api(api)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # the apiserver type-checks a policy before it enforces it
+        found = admission.read_validating_admission_policy(policy["metadata"]["name"])
+        if found.status and found.status.observed_generation == found.metadata.generation:
+            return
+        time.sleep(0.1)
+    raise TimeoutError("the trainer status policy was not type-checked by the apiserver")

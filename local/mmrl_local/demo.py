@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from mmrl_local import build
     from mmrl_local.controlplane import ControlPlane
-    from mmrl_local.crd_install import install_mmrl_crd
+    from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
     from mmrl_local.kuberay_standin import KubeRayStandIn
     from mmrl_local.operator_process import OperatorProcess
 
@@ -295,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus = nodes.create_gpu_nodes(core, 2)
         print(f"fake HyperPod nodes: {head} (controller) and {', '.join(gpus)} (ml.p5.48xlarge)")
         install_mmrl_crd(api)
+        install_trainer_status_policy(api)
         with (
             KubeRayStandIn(api, mode="run", log_dir=out / "rayjob-logs"),
             OperatorProcess(cp.kubeconfig, out / "operator.log", namespaces=[]),

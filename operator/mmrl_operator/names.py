@@ -29,8 +29,11 @@ def config_map_name(job_name: str) -> str:
     return f"{job_name}-trainer-config"
 
 
+TRAINER_SA_SUFFIX = "-trainer"
+
+
 def service_account_name(job_name: str) -> str:
-    return f"{job_name}-trainer"
+    return f"{job_name}{TRAINER_SA_SUFFIX}"
 
 
 def inference_name(job_name: str) -> str:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
 from mmrl_local.crd_install import install_mmrl_crd
@@ -87,6 +87,26 @@ def test_progress_reaches_the_job_status_and_no_other_job(
     assert intruder.report(1, 1, {"reward": 1.0}) is False
     assert intruder.patch_failures == 1
     assert progress_of(custom, namespace, sibling.name) == {}
+
+
+def test_the_trainer_may_write_its_progress_but_no_field_of_the_operator(
+    jobs, api_client, core, custom, namespace: str, tmp_path: Path, mmrl_crd: None
+) -> None:
+    job = jobs("owned")
+    custom.patch_namespaced_custom_object_status(*JOBS, namespace, c.PLURAL, job.name, {"status": {"phase": "Running"}})
+    trainer = client.CustomObjectsApi(
+        config.new_client_from_config(str(trainer_kubeconfig(api_client, core, job, tmp_path / "kubeconfig")))
+    )
+    patch = trainer.patch_namespaced_custom_object_status
+    patch(*JOBS, namespace, c.PLURAL, job.name, {"status": {"progress": {"step": 3, "attempt": 1}}})
+    assert progress_of(custom, namespace, job.name)["step"] == 3
+    for forged in ({"phase": "Succeeded"}, {"attempts": []}, {"restarts": {"infra": 0}}):
+        with pytest.raises(client.ApiException) as refused:
+            patch(*JOBS, namespace, c.PLURAL, job.name, {"status": forged})
+        assert refused.value.status in (403, 422)
+        (field,) = forged
+        assert f"status.{field} belongs to the operator" in refused.value.body
+    assert custom.get_namespaced_custom_object(*JOBS, namespace, c.PLURAL, job.name)["status"]["phase"] == "Running"
 
 
 def test_local_training_run_reports_its_final_step_and_checkpoint(

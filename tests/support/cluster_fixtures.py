@@ -18,7 +18,7 @@ from kubernetes import client
 from mmrl_local import build, nodes
 from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
-from mmrl_local.crd_install import install_mmrl_crd
+from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.kuberay_standin import KubeRayStandIn
 from tests.support.operator import Jobs, OperatorProcess
 from tests.support.polling import wait_until
@@ -157,6 +157,7 @@ def wait():
 @pytest.fixture(scope="session")
 def mmrl_crd(api_client: client.ApiClient) -> None:
     install_mmrl_crd(api_client)
+    install_trainer_status_policy(api_client)
 
 
 @pytest.fixture
