@@ -24,6 +24,7 @@ class Facts:
     degraded_message: str | None
     pod_problem: tuple[str, str] | None = None  # (reason, message) of a Ray pod that cannot start
     stalled: tuple[str, str] | None = None  # (reason, message) when the operator cannot make progress
+    spec_change_pending: str | None = None  # why a spec change waits for the running attempt to end
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
@@ -43,6 +44,12 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         ("Complete", p == "Succeeded", p, facts.message),
         ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
         ("Suspended", p == "Suspended", p, facts.message),
+        (
+            "SpecChangePending",
+            facts.spec_change_pending is not None,
+            "WaitingForAttemptToEnd" if facts.spec_change_pending else "NoChangePending",
+            facts.spec_change_pending or "the Ray cluster matches the spec",
+        ),
     ]
 
 

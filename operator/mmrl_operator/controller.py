@@ -18,6 +18,7 @@ from mmrl_operator import constants as c
 from mmrl_operator import metrics
 from mmrl_operator.api import parse_job
 from mmrl_operator.api.job import MultimodalRLJob
+from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import ApplyRejected, Kube
 from mmrl_operator.names import attempt_of, raycluster_name
@@ -55,6 +56,7 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
                 reason=st.get("reason"),
                 terminating=bool(meta.get("deletionTimestamp")),
                 problem=pod_problem(p),
+                spec_hash=(meta.get("labels") or {}).get(SPEC_HASH_LABEL),
             )
         )
     lookup = node_lookup or kube.get_node

@@ -27,6 +27,8 @@ class PodInfo:
     terminating: bool = False
     problem: tuple[str, str] | None = None
     """(reason, message) when the pod cannot start or keeps failing: see `pod_problem`."""
+    spec_hash: str | None = None
+    """Digest of the RayCluster spec the pod was built from (label mmrl.dev/spec-hash)."""
 
     @property
     def evicted_or_lost(self) -> bool:
@@ -120,4 +122,9 @@ def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
         st.get("state") == "ready" and "HeadPodReady" not in conditions
     )
     workers_ok = int(st.get("readyWorkerReplicas") or 0) >= desired_workers(raycluster)
-    return bool(head_ok and workers_ok and st.get("state") == "ready")
+    # KubeRay reports the generation it last acted on: until it has seen our latest apply, the pods it reports on
+    # may have been built from the previous spec.
+    generation = (raycluster.get("metadata") or {}).get("generation")
+    seen = st.get("observedGeneration")
+    current = generation is None or seen is None or int(seen) >= int(generation)
+    return bool(head_ok and workers_ok and current and st.get("state") == "ready")

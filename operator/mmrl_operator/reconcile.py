@@ -86,6 +86,8 @@ class _Decider:
         self.due: list[datetime] = []
         # Nodes hosting the job whose state means the running attempt must stop now.
         self.stopping = [v for v in observed.nodes.values() if v.stop]
+        self.desired_hash: str | None = None
+        self.spec_change_pending: str | None = None
         # The first Ray pod that cannot start (unschedulable, image pull or crash loop), to tell the user why.
         self.pod_problem = next((pod.problem for pod in observed.pods if pod.problem), None)
 
@@ -209,10 +211,19 @@ class _Decider:
         current_hash = ((self.obs.raycluster or {}).get("metadata", {}).get("annotations") or {}).get(
             SPEC_HASH_ANNOTATION
         )
-        if self.obs.raycluster is None or current_hash != desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]:
+        self.desired_hash = desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        cur = self.current()
+        if self.obs.raycluster is None:
             self.plan.apply.append(desired)
-            if self.obs.raycluster is None:
-                self.event("Normal", "RayClusterCreated", f"creating RayCluster {desired['metadata']['name']}")
+            self.event("Normal", "RayClusterCreated", f"creating RayCluster {desired['metadata']['name']}")
+        elif current_hash != self.desired_hash:
+            if cur is not None and cur.result == "Running":
+                # A running attempt keeps the cluster it started on (its world size, its pods); the change is
+                # applied once it ends, and the next attempt starts on pods built from the new spec.
+                self.spec_change_pending = f"the Ray cluster spec changed; it is applied when attempt {cur.index} ends"
+            else:
+                self.plan.apply.append(desired)
+                self.event("Normal", "RayClusterUpdated", "applied the changed Ray cluster spec")
         self.status.ray_cluster = desired["metadata"]["name"]
 
     def watch_nodes(self) -> None:
@@ -398,6 +409,12 @@ class _Decider:
             phase = "Provisioning" if self.status.attempt == 0 else "Recovering"
             self.set_phase(phase, self.waiting_for_cluster(), self.pod_problem[0] if self.pod_problem else phase)
             return
+        stale = [p for p in self.obs.pods if p.spec_hash and p.spec_hash != self.desired_hash and not p.terminating]
+        if stale and self.desired_hash is not None:
+            for pod in stale:  # KubeRay recreates them from the updated template
+                self.plan.delete.append(Delete("v1", "Pod", pod.name))
+            self.set_phase("Recovering", f"replacing {len(stale)} Ray pods built from the previous spec")
+            return
         lingering = self.previous_attempt_lingers()
         if lingering is not None:
             self.set_phase("Recovering", f"waiting before attempt {self.status.attempt + 1}: {lingering}")
@@ -483,6 +500,7 @@ class _Decider:
                 else self.pod_problem
             ),
             stalled=("ApplyFailed", self.obs.apply_error) if self.obs.apply_error else None,
+            spec_change_pending=self.spec_change_pending,
         )
         self.status.conditions = compute_conditions(self.status.conditions, facts, ts(self.now))
         self.plan.status = self.status.wire()

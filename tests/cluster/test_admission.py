@@ -38,7 +38,7 @@ def test_apiserver_rejects_and_names_the_field(api_client, namespace, mmrl_crd, 
     assert case.expect in message, f"{case.case}: {case.expect!r} not in {message!r}"
 
 
-@pytest.mark.parametrize("field", ["model", "lora", "algorithm", "dataset", "checkpoint"])
+@pytest.mark.parametrize("field", ["model", "lora", "algorithm", "dataset", "checkpoint", "trainer.backend"])
 def test_training_inputs_are_immutable(api_client, namespace, mmrl_crd, field) -> None:
     create(api_client, namespace, example())
     patch = {
@@ -47,6 +47,7 @@ def test_training_inputs_are_immutable(api_client, namespace, mmrl_crd, field) -
         "algorithm": {"algorithm": {"learningRate": 1e-4}},
         "dataset": {"dataset": {"train": "s3://other/train.parquet"}},
         "checkpoint": {"checkpoint": {"intervalSteps": 50}},
+        "trainer.backend": {"trainer": {"backend": "local"}},
     }[field]
     api = client.CustomObjectsApi(api_client)
     with pytest.raises(client.exceptions.ApiException) as err:

@@ -38,14 +38,15 @@ def test_kueue_queues_admits_and_preempts_without_spending_budgets(jobs, operato
 
     kueue_sets_suspend(custom, jobs.ns, "geo", False)  # admitted
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
-    # A worker-count change makes mmrl re-apply the RayCluster: it must not take spec.suspend from Kueue.
-    groups = jobs.get("geo")["spec"]["cluster"]["workerGroups"]
-    jobs.patch("geo", {"spec": {"cluster": {"workerGroups": [{**groups[0], "replicas": 2}]}}})
-    wait_until(lambda: jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2, 30, what="re-apply")
     kueue_sets_suspend(custom, jobs.ns, "geo", True)  # preempted
     wait_until(lambda: jobs.status("geo")["attempts"][0]["result"] == "Stopped", 30, what="attempt 1 stopped")
     status = jobs.status("geo")
     assert status["phase"] == "Queued" and status["attempts"][0]["failure"] == "preemption"
+    # A worker-count change makes mmrl re-apply the RayCluster: it must not take spec.suspend from Kueue.
+    groups = jobs.get("geo")["spec"]["cluster"]["workerGroups"]
+    jobs.patch("geo", {"spec": {"cluster": {"workerGroups": [{**groups[0], "replicas": 2}]}}})
+    wait_until(lambda: jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2, 30, what="re-apply")
+    assert jobs.ray("rayclusters")[0]["spec"]["suspend"] is True
 
     kueue_sets_suspend(custom, jobs.ns, "geo", False)  # re-admitted
     wait_until(lambda: jobs.status("geo").get("phase") == "Succeeded", 60, what="attempt 2 to succeed")

@@ -243,3 +243,41 @@ def test_trainer_heartbeats_do_not_cost_reconcile_passes(jobs, operator, kuberay
     assert passes(operator) - before <= 4, "heartbeats triggered reconcile passes"
     assert operator.metric("mmrl_progress_only_events_total") >= 25
     assert jobs.status("geo")["phase"] == "Running"
+
+
+def test_a_pod_template_change_during_an_attempt_is_pending_then_applied_between_attempts(
+    jobs, operator, kuberay, hyperpod_nodes, core
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    kuberay.script("geo-a1", "hang,fail-on-node-loss")
+    kuberay.script("geo-a2", "hang")
+    jobs.create(cluster_job("geo"))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    template_before = jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["template"]
+
+    jobs.patch("geo", {"spec": {"cluster": {"podTemplate": {"labels": {"team": "vision"}}}}})
+
+    wait_until(lambda: jobs.condition("geo", "SpecChangePending") == "True", 30, what="SpecChangePending")
+    assert jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["template"] == template_before
+    assert jobs.status("geo")["attempt"] == 1
+    worker = next(
+        p.spec.node_name
+        for p in core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
+        if p.spec.node_name
+    )
+    hyperpod_nodes.set_health(worker, "UnschedulablePendingReboot")  # attempt 1 ends
+
+    def training_on_new_pods() -> bool:
+        pods = core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_JOB}=geo").items
+        live = [p for p in pods if not p.metadata.deletion_timestamp]
+        return (
+            jobs.condition("geo", "Training") == "True"
+            and jobs.status("geo")["attempt"] >= 2
+            and bool(live)
+            and all(p.metadata.labels.get("team") == "vision" for p in live)
+        )
+
+    wait_until(training_on_new_pods, 90, what="the next attempt training on pods built from the new template")
+    assert jobs.condition("geo", "SpecChangePending") == "False"
+    assert jobs.status("geo").get("restarts") == {"infra": 1}

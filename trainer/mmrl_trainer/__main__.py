@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", required=True, help="TrainerConfig JSON (the operator's ConfigMap)")
     parser.add_argument("--attempt", type=int, default=1, help="attempt number (RayJob <job>-a<N>), for logs/metrics")
     parser.add_argument("--backend", choices=["local", "skyrl"], help="override the config's backend")
+    parser.add_argument("--config-sha256", help="wait until the config file has this digest (a ConfigMap update)")
     parser.add_argument("--check", action="store_true", help="validate the command line and config, then exit")
     try:
         args = parser.parse_args(argv)
@@ -60,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s attempt={args.attempt} %(message)s"
     )
 
-    from mmrl_trainer.config import TrainerConfig
+    from mmrl_trainer.config import TrainerConfig, wait_for_digest
 
+    if args.config_sha256 and not wait_for_digest(args.config, args.config_sha256):
+        return _fail(
+            EXIT_FAILED, f"config {args.config} never reached digest {args.config_sha256[:12]} of this attempt"
+        )
     try:
         cfg = TrainerConfig.load(args.config)
     except (OSError, ValueError, ValidationError) as err:

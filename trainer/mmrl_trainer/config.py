@@ -9,6 +9,9 @@ Importable without torch, kopf or kubernetes.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mmrl_operator.api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec
 
 CONFIG_VERSION = 1
+log = logging.getLogger("mmrl_trainer.config")
 
 
 class _Strict(BaseModel):
@@ -73,3 +77,22 @@ class TrainerConfig(_Strict):
     @classmethod
     def load(cls, path: str | Path) -> TrainerConfig:
         return cls.model_validate(json.loads(Path(path).read_text()))
+
+
+def wait_for_digest(path: str | Path, digest: str, timeout: float | None = None) -> bool:
+    """Wait until the file at `path` hashes to `digest` (contract.config_digest). A ConfigMap volume is refreshed by
+    the kubelet's periodic sync (about a minute), so a new attempt may start before its config arrives."""
+    from mmrl_trainer.contract import config_digest
+
+    limit = float(os.environ.get("MMRL_CONFIG_WAIT_SECONDS", "300")) if timeout is None else timeout
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            if config_digest(Path(path).read_text()) == digest:
+                return True
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        log.info("waiting for %s to be updated to this attempt's config (%s)", path, digest[:12])
+        time.sleep(2.0)

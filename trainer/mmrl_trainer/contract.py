@@ -10,6 +10,7 @@ the trainer's error line is always the last line it prints. No torch, kopf or ku
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 
@@ -22,14 +23,23 @@ ERROR_PREFIX = "mmrl-trainer error: "
 _RAY_EXIT_CODE = re.compile(r"failed with exit code (-?\d+)")
 
 
-def entrypoint_argv(config_file: str, attempt: int, *, python: str = "python") -> list[str]:
-    """argv of one attempt: the trainer module, the mounted TrainerConfig file and the attempt number."""
-    return [python, "-m", MODULE, "--config", config_file, "--attempt", str(attempt)]
+def entrypoint_argv(
+    config_file: str, attempt: int, config_sha256: str | None = None, *, python: str = "python"
+) -> list[str]:
+    """argv of one attempt: the trainer module, the mounted TrainerConfig file, the attempt number and the digest of
+    the config this attempt was created for (the trainer waits until the mounted file has it)."""
+    argv = [python, "-m", MODULE, "--config", config_file, "--attempt", str(attempt)]
+    return [*argv, "--config-sha256", config_sha256] if config_sha256 else argv
 
 
-def entrypoint_command(config_file: str, attempt: int) -> str:
+def entrypoint_command(config_file: str, attempt: int, config_sha256: str | None = None) -> str:
     """The shell command string a RayJob's `spec.entrypoint` carries."""
-    return shlex.join(entrypoint_argv(config_file, attempt))
+    return shlex.join(entrypoint_argv(config_file, attempt, config_sha256))
+
+
+def config_digest(text: str) -> str:
+    """sha256 of the TrainerConfig file's bytes, as the ConfigMap carries them."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def error_line(message: str) -> str:

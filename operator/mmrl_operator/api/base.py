@@ -51,6 +51,14 @@ def cel_rules(*rules: dict[str, str]) -> dict[str, Any]:
     return {CEL_KEY: list(rules)}
 
 
+IMMUTABLE = "is immutable after creation; create a new job instead"
+
+
+def immutable(what: str) -> dict[str, Any]:
+    """`json_schema_extra` of a field the apiserver must never let change (a CEL transition rule)."""
+    return cel_rules(cel("self == oldSelf", f"{what} {IMMUTABLE}"))
+
+
 def _quantity(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("must be a Kubernetes quantity such as 4, 500m, 16Gi")

@@ -14,14 +14,13 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from mmrl_operator.api.base import ApiModel, cel, cel_rules
+from mmrl_operator.api.base import ApiModel, cel, cel_rules, immutable
 from mmrl_operator.api.cluster import ClusterSpec
 from mmrl_operator.api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_operator.api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_operator.api.status import JobStatus
 from mmrl_operator.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 
-IMMUTABLE = "is immutable after creation; create a new job instead"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 # Rules on the object root (metadata.name is the only metadata a CRD rule may read). No fieldPath: the
@@ -41,20 +40,16 @@ ROOT_RULES = cel_rules(
 )
 
 
-def _immutable(what: str) -> dict[str, Any]:
-    return cel_rules(cel("self == oldSelf", f"{what} {IMMUTABLE}"))
-
-
 class JobSpec(ApiModel):
     """A GRPO + LoRA post-training run of a vision-language model, and what to do with the result."""
 
-    model: ModelSpec = Field(json_schema_extra=_immutable("model"))
-    lora: LoRASpec = Field(default_factory=LoRASpec, json_schema_extra=_immutable("lora"))
-    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, json_schema_extra=_immutable("algorithm"))
-    dataset: DatasetSpec = Field(json_schema_extra=_immutable("dataset"))
+    model: ModelSpec = Field(json_schema_extra=immutable("model"))
+    lora: LoRASpec = Field(default_factory=LoRASpec, json_schema_extra=immutable("lora"))
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, json_schema_extra=immutable("algorithm"))
+    dataset: DatasetSpec = Field(json_schema_extra=immutable("dataset"))
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
-    checkpoint: CheckpointSpec = Field(json_schema_extra=_immutable("checkpoint"))
+    checkpoint: CheckpointSpec = Field(json_schema_extra=immutable("checkpoint"))
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     inference: InferenceSpec = Field(default_factory=InferenceSpec)
     suspend: bool = False

@@ -19,6 +19,7 @@ from mmrl_operator.api.base import (
     cel,
     cel_rules,
     exactly_one_cel,
+    immutable,
     not_below,
     require_exactly_one,
 )
@@ -315,8 +316,9 @@ class TrainerSpec(ApiModel):
 
     image: str = Field(default="mmrl/trainer:0.1.0", min_length=1, max_length=512)
     """Trainer image (docker/trainer.Dockerfile: SkyRL base + mmrl_trainer)."""
-    backend: Literal["skyrl", "local"] = "skyrl"
-    """skyrl: SkyRL GRPO across the Ray cluster's GPUs. local: TRL GRPO on one node (small jobs, CPU demo)."""
+    backend: Literal["skyrl", "local"] = Field(default="skyrl", json_schema_extra=immutable("trainer.backend"))
+    """skyrl: SkyRL GRPO across the Ray cluster's GPUs. local: TRL GRPO on one node (small jobs, CPU demo).
+    Immutable: the two backends' checkpoints are not interchangeable."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables for every Ray pod."""

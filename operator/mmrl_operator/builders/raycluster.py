@@ -21,6 +21,7 @@ from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.names import kueue_labels, raycluster_name, service_account_name
 
 SPEC_HASH_ANNOTATION = "mmrl.dev/spec-hash"
+SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
 UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PENDING_REBOOT]
 
 
@@ -159,8 +160,13 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
         },
         "workerGroupSpecs": [_worker_group(job, g) for g in cluster.worker_groups],
     }
+    digest = spec_hash(spec)
+    # Every Ray pod carries the digest of the spec it was built from, so pods built from an older spec can be
+    # found and replaced between attempts (KubeRay does not roll existing pods when a template changes).
+    for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]:
+        template["metadata"]["labels"][SPEC_HASH_LABEL] = digest
     metadata = child_metadata(job, raycluster_name(job.name), "raycluster", kueue_labels(job))
-    metadata["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(spec)}
+    metadata["annotations"] = {SPEC_HASH_ANNOTATION: digest}
     return {"apiVersion": c.RAY_API_VERSION, "kind": "RayCluster", "metadata": metadata, "spec": spec}
 
 

@@ -12,14 +12,18 @@ from typing import Any
 from mmrl_operator import constants as c
 from mmrl_operator.api import MultimodalRLJob
 from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.builders.volumes import CONFIG_FILE
 from mmrl_operator.names import raycluster_name, rayjob_name
-from mmrl_trainer.contract import entrypoint_command
+from mmrl_trainer.contract import config_digest, entrypoint_command
 
 
-def trainer_entrypoint(attempt: int) -> str:
-    """The trainer reads the TrainerConfig where the job's ConfigMap is mounted on every Ray pod."""
-    return entrypoint_command(CONFIG_FILE, attempt)
+def trainer_entrypoint(job: MultimodalRLJob, attempt: int) -> str:
+    """The trainer reads the TrainerConfig where the job's ConfigMap is mounted on every Ray pod. The config's digest
+    pins the attempt to the config it was created for: a ConfigMap change reaches pods only when the kubelet next
+    syncs the volume, and the trainer waits for that instead of training on the old one."""
+    (text,) = build_config_map(job)["data"].values()
+    return entrypoint_command(CONFIG_FILE, attempt, config_digest(text))
 
 
 def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
@@ -28,7 +32,7 @@ def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
     metadata = child_metadata(job, rayjob_name(job.name, attempt), "rayjob", labels)
     spec: dict[str, Any] = {
         "clusterSelector": {c.RAY_CLUSTER_LABEL: raycluster_name(job.name)},
-        "entrypoint": trainer_entrypoint(attempt),
+        "entrypoint": trainer_entrypoint(job, attempt),
         "submissionMode": "K8sJobMode",
         "backoffLimit": 0,
         "shutdownAfterJobFinishes": False,

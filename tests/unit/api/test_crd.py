@@ -77,6 +77,7 @@ def test_cross_field_rules_are_in_the_crd() -> None:
         ".spec.dataset",
         ".spec.lora",
         ".spec.model",
+        ".spec.trainer.backend",
     ]
 
 

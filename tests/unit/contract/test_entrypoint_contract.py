@@ -78,3 +78,23 @@ def test_ray_failure_messages_classify_by_the_trainers_exit_code(code: int, reas
 def test_a_message_without_an_exit_code_is_not_fatal() -> None:
     assert contract.fatal_reason("RayCluster geo not found.") is None
     assert contract.last_error_line("no trainer output") is None
+
+
+def test_a_config_change_gives_the_next_attempt_a_new_digest_and_the_trainer_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = job()
+    two = job({"spec": {"cluster": {"workerGroups": [{"name": "p5", "replicas": 2}]}}})
+    argv_one = shlex.split(build_rayjob(one, 1)["spec"]["entrypoint"])[3:]
+    argv_two = shlex.split(build_rayjob(two, 2)["spec"]["entrypoint"])[3:]
+    digest = argv_two[argv_two.index("--config-sha256") + 1]
+    assert digest != argv_one[argv_one.index("--config-sha256") + 1]
+    # The mounted file still holds the old config (the kubelet has not synced the volume yet): no training on it.
+    (key,) = build_config_map(one)["data"]
+    stale = tmp_path / key
+    stale.write_text(build_config_map(one)["data"][key])
+    monkeypatch.setenv("MMRL_CONFIG_WAIT_SECONDS", "0")
+    argv = [str(stale) if a == argv_two[argv_two.index("--config") + 1] else a for a in argv_two]
+    assert main([*argv, "--check"]) == contract.EXIT_FAILED
+    stale.write_text(build_config_map(two)["data"][key])
+    assert main([*argv, "--check"]) == contract.EXIT_OK

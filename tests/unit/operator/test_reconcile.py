@@ -385,3 +385,26 @@ def test_a_kueue_preemption_stops_the_attempt_without_spending_a_budget() -> Non
     j = advance(j, plan)
     readmitted = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0 + timedelta(seconds=1))
     assert "RayJob/geo-a2" in kinds(readmitted) and readmitted.status["attempts"][1]["cause"] == "preemption"
+
+
+def test_a_cluster_change_during_an_attempt_waits_and_is_applied_between_attempts() -> None:
+    j = running_attempt()
+    old_hash = ready_cluster(j)["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    built = [PodInfo(p.name, p.component, p.node, p.created, p.phase, spec_hash=old_hash) for p in PODS]
+    patch = {"spec": {"cluster": {"podTemplate": {"labels": {"team": "vision"}}}}}
+    changed = job(patch, status=j.status.wire())
+    plan = decide(changed, 2, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=built), T0)
+    assert "RayCluster/geo" not in kinds(plan) and cond(plan, "SpecChangePending") == "True"
+    # The attempt ends; the next pass applies the change, pods built from the old spec are replaced, then attempt 2.
+    failed = {1: rayjob("Failed", "FAILED")}
+    ended = decide(advance(changed, plan), 2, Observed(raycluster=ready_cluster(j), rayjobs=failed, pods=built), T0)
+    ended = decide(advance(changed, ended), 2, Observed(raycluster=ready_cluster(j), rayjobs=failed, pods=built), T0)
+    assert "RayCluster/geo" in kinds(ended)
+    later = T0 + timedelta(minutes=5)
+    after = advance(changed, ended)
+    replacing = decide(after, 2, Observed(raycluster=ready_cluster(after), pods=built), later)
+    assert sorted(d.name for d in replacing.delete if d.kind == "Pod") == ["geo-head", "geo-worker-1"]
+    assert "RayJob/geo-a2" not in kinds(replacing) and cond(replacing, "SpecChangePending") == "False"
+    new_hash = ready_cluster(after)["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    fresh = [PodInfo(p.name + "-new", p.component, p.node, later, p.phase, spec_hash=new_hash) for p in PODS]
+    assert "RayJob/geo-a2" in kinds(decide(after, 2, Observed(raycluster=ready_cluster(after), pods=fresh), later))

@@ -1,0 +1,66 @@
+# syntax=docker/dockerfile:1
+# The trainer image (spec.trainer.image) that every Ray pod of a MultimodalRLJob runs: SkyRL 0.3.0's GPU stack
+# (torch, vLLM, flash-attn, Ray) with mmrl_trainer installed next to it. KubeRay supplies the container command
+# (`ray start ...`), so this image sets no ENTRYPOINT; each attempt's RayJob entrypoint is
+# `python -m mmrl_trainer --config <file> --attempt N` (trainer/mmrl_trainer/contract.py).
+# Build from the repository root: docker build -f docker/trainer.Dockerfile -t <registry>/mmrl/trainer:0.1.0 .
+
+# mmrl as a wheel, built away from the GPU image so no build tooling or source tree lands in it.
+FROM python:3.12.16-slim-bookworm AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/mmrl_operator/ operator/mmrl_operator/
+COPY trainer/mmrl_trainer/ trainer/mmrl_trainer/
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# SkyRL's source, only for its uv.lock and to build the `skyrl` package: this commit is SkyRL's git tag
+# skyrl-v0.3.0, the release published on PyPI as skyrl 0.3.0 (the version mmrl's SkyRL backend targets).
+FROM scratch AS skyrl-src
+ADD --chown=1000:100 https://github.com/NovaSky-AI/SkyRL.git#f5bc3b78dfddfb352870d5d7430cd226e5785838 /
+
+# SkyRL's base image for 0.3.0. SkyRL publishes one Docker Hub repository per Ray/Python/CUDA combination and
+# documents it without a tag: docs/content/docs/getting-started/installation.mdx at skyrl-v0.3.0 recommends
+# `novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8`, and its GPU CI (ci/anyscale_gpu_*.yaml) runs on it. So the
+# version pin is the repository name and `latest` is the only tag SkyRL refers to; pin its digest when releasing
+# (`docker buildx imagetools inspect novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest`).
+# The image is a toolchain only (Anyscale's ray 2.56.0 slim image for Python 3.12 and CUDA 12.8, the CUDA 12.8
+# toolkit, uv in /home/ray/.local/bin, build tools): it has no SkyRL, torch or vLLM, which SkyRL installs per
+# run with `uv run`. They are installed below, once, from SkyRL's lock.
+# hadolint ignore=DL3007
+FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The base image's `ray` user (uid 1000, gid 100 as in Ray's images), numeric so runAsNonRoot can verify it.
+USER 1000:100
+WORKDIR /home/ray
+ENV VIRTUAL_ENV=/home/ray/venvs/mmrl \
+    PATH=/home/ray/venvs/mmrl/bin:$PATH \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_LINK_MODE=copy \
+    PYTHONUNBUFFERED=1
+
+# SkyRL's FSDP stack exactly as its lock pins it (torch 2.11.0+cu128, vLLM 0.23.0+cu129, flash-attn 2.8.3 and
+# Ray 2.56.0, the base image's Ray), in a virtualenv first on PATH so that both `ray start` and the RayJob
+# entrypoint run in it. The Python is the base image's 3.12.
+RUN --mount=type=bind,from=skyrl-src,target=/tmp/skyrl,rw \
+    --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
+    UV_PROJECT_ENVIRONMENT="$VIRTUAL_ENV" /home/ray/.local/bin/uv sync --project /tmp/skyrl \
+        --frozen --extra fsdp --no-dev --no-editable --python 3.12
+
+# mmrl on top without moving SkyRL's stack: every package SkyRL installed is a constraint, except pydantic and
+# PyYAML (with pydantic's typing helpers), which mmrl's API models need at the versions pyproject.toml requires
+# (SkyRL's lock has pydantic 2.13.4, mmrl asks for >=2.14). mmrl's `trainer` extra is not installed: its floors
+# (torch, transformers, peft, trl, ray) are the local CPU backend's and conflict with SkyRL's pins; the skyrl
+# backend needs what SkyRL brings plus the Kubernetes client for progress reports. kubernetes 36.0.3 is the newest
+# release that fits SkyRL's aiohttp==3.14.1 (37.x needs aiohttp>=3.14.5).
+RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/mmrl-dist \
+    --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
+    /home/ray/.local/bin/uv pip freeze --python "$VIRTUAL_ENV/bin/python" \
+        | grep -viE '^(pydantic|pydantic-core|pyyaml|typing-extensions|typing-inspection|annotated-types)(==| @ )' \
+        | grep -v ' @ file://' > /tmp/skyrl-pins.txt \
+    && /home/ray/.local/bin/uv pip install --python "$VIRTUAL_ENV/bin/python" --constraint /tmp/skyrl-pins.txt \
+        /tmp/mmrl-dist/mmrl-*.whl kubernetes==36.0.3 \
+    && rm /tmp/skyrl-pins.txt \
+    && python -c "import mmrl_trainer.backends.skyrl, mmrl_trainer.backends.skyrl_env, mmrl_trainer.progress; \
+from importlib.metadata import version; \
+print('mmrl trainer image:', {p: version(p) for p in ('skyrl', 'torch', 'vllm', 'ray', 'pydantic', 'kubernetes')})"
