@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,8 @@ class Summary:
     wall_seconds: float
     fault: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    served: dict[str, Any] = field(default_factory=dict)
+    """The serving step: adapter name, URL, vLLM args, the question, the answer and its latency."""
 
     def render(self) -> str:
         lines = [f"job {self.name}: {self.phase} in {self.wall_seconds:.0f} s"]
@@ -74,6 +77,15 @@ class Summary:
         lines.append(f"  adapter: {self.adapter_pod_dir} on the claim = {self.adapter_host_dir}")
         if self.plot:
             lines.append(f"  reward curve: {self.plot}")
+        if self.served:
+            sv = self.served
+            lines.append(
+                f"  serving: {sv['model']} (adapter on {sv['base_model']}) at {sv['url']}; vLLM listened "
+                f"{sv['vllm_ready_seconds']:.0f} s after start, InferenceReady {sv['ready_seconds']:.0f} s after "
+                "training ended"
+            )
+            lines.append(f"  asked ({sv['image']}): {sv['question']!r}")
+            lines.append(f"  answer: {sv['answer'].strip()!r} in {sv['answer_seconds'] * 1000:.0f} ms (OpenAI client)")
         return "\n".join(lines)
 
 
@@ -104,6 +116,8 @@ class Demo:
         self.timings: dict[str, float] = {}
         self.fault = ""
         self._last_line = ""
+        self.served: dict[str, Any] = {}
+        self.inference: Any = None
 
     # --- setup -----------------------------------------------------------------------------------------------
 
@@ -196,7 +210,7 @@ class Demo:
 
     def wait_done(self, timeout: float) -> str:
         phase = self.wait(
-            lambda st: st.get("phase") if st.get("phase") in ("Succeeded", "Failed") else None,
+            lambda st: st.get("phase") if st.get("phase") in ("Succeeded", "Serving", "Failed") else None,
             timeout,
             "the job did not finish",
         )
@@ -250,7 +264,59 @@ class Demo:
             wall_seconds=time.monotonic() - self.started,
             fault=self.fault,
             timings=dict(self.timings),
+            served=dict(self.served),
         )
+
+    # --- serving -------------------------------------------------------------------------------------------
+
+    def serve(self, timeout: float) -> dict[str, Any]:
+        """Be the kubelet of the inference pod (init container, then vLLM on CPU), wait until the operator sees
+        the adapter in /v1/models through the Service (InferenceReady), then ask one image question."""
+        from mmrl_local.inference_kubelet import InferencePod, running_pod
+        from mmrl_local.vllm_cpu import ensure
+        from mmrl_trainer.synthetic import QUESTION, colour_image
+
+        trained_at = time.monotonic()
+        selector = f"{c.LABEL_JOB}={self.name},{c.LABEL_COMPONENT}=inference"
+        pod = self.wait(lambda _: running_pod(self.core, self.ns, selector), timeout, "no running inference pod")
+        ensure()
+        self.inference = InferencePod(self.api, pod, self.out_dir / "inference")
+        vllm = next(x for x in pod["spec"]["containers"] if x["name"] == "vllm")
+        self.say(f"inference pod {pod['metadata']['name']} ({pod['status']['podIP']}): adapter check, then")
+        self.say("  " + " ".join(vllm["command"] + vllm["args"]))
+        self.inference.start()
+        vllm_ready = self.inference.wait_listening(timeout)
+        self.wait(
+            lambda st: any(x["type"] == "InferenceReady" and x["status"] == "True" for x in st.get("conditions") or []),
+            timeout,
+            "InferenceReady never became True",
+        )
+        inference = (self.job().get("status") or {}).get("inference") or {}
+        image = self.out_dir / "question-red.png"
+        colour_image("red", random.Random(0)).save(image)
+        ask = Path(__file__).with_name("ask.py")
+        base_url = f"http://{pod['status']['podIP']}:{self.inference.port()}/v1"
+        cmd = [str(ensure() / "python"), str(ask), "--base-url", base_url, "--model", inference["model"]]
+        reply = json.loads(
+            subprocess.run([*cmd, "--image", str(image), QUESTION], capture_output=True, text=True, check=True).stdout
+        )
+        self.served = {
+            "model": inference["model"],
+            "base_model": inference.get("baseModel"),
+            "url": inference["url"],
+            "vllm_args": vllm["args"],
+            "vllm_ready_seconds": vllm_ready,
+            "ready_seconds": time.monotonic() - trained_at,
+            "image": image.name,
+            "question": QUESTION,
+            "answer": reply["answer"],
+            "answer_seconds": reply["seconds"],
+        }
+        return self.served
+
+    def close(self) -> None:
+        if getattr(self, "inference", None) is not None:
+            self.inference.stop()
 
     def run(self, *, fault: bool = True, timeout: float = 900) -> Summary:
         self.prepare_volume()
@@ -259,7 +325,8 @@ class Demo:
             step = self.wait_for_checkpoint(timeout)
             self.say(f"checkpoint step {step} sealed on the volume")
             self.replace_trainer_node()
-        self.wait_done(timeout)
+        if self.wait_done(timeout) == "Serving":
+            self.serve(timeout)
         return self.summary()
 
 
@@ -309,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                 volume_dir=work / "fsx",
                 out_dir=out,
             )
-            summary = demo.run(fault=not args.no_fault)
+            try:
+                summary = demo.run(fault=not args.no_fault)
+            finally:
+                demo.close()
             summary.wall_seconds = time.monotonic() - t0
             print("\n" + summary.render())
             (out / "summary.json").write_text(json.dumps(summary.__dict__, default=str, indent=2))
@@ -320,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(3600)
                 except KeyboardInterrupt:
                     pass
-    return 0 if summary.phase == "Succeeded" else 1
+    return 0 if summary.phase in ("Succeeded", "Serving") else 1
 
 
 if __name__ == "__main__":

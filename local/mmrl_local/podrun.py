@@ -194,7 +194,8 @@ class PodMaterialiser:
 
     def view(self, pod: dict, container_name: str | None = None) -> PodView:
         containers = pod["spec"]["containers"]
-        container = next((c for c in containers if c["name"] == container_name), containers[0])
+        every = [*(pod["spec"].get("initContainers") or []), *containers]
+        container = next((c for c in every if c["name"] == container_name), containers[0])
         sources = {v["name"]: self._volume(pod, v) for v in pod["spec"].get("volumes") or []}
         mounts = []
         for vm in container.get("volumeMounts") or []:

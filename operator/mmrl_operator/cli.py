@@ -63,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("status", help="show a job's phase, conditions, attempts, progress and events")
     s.add_argument("name")
     s.add_argument("-n", "--namespace", default=None)
+    ch = sub.add_parser("chat", help="ask a serving job's adapter one question (through its Service)")
+    ch.add_argument("name")
+    ch.add_argument("question")
+    ch.add_argument("--image", help="an image file to send with the question")
+    ch.add_argument("-n", "--namespace", default=None)
     o = sub.add_parser("operator", help="run the operator (kopf)")
     o.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
     o.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
@@ -79,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mmrl_operator.status_cli import show_status
 
         return show_status(args.name, args.namespace)
+    if args.command == "chat":
+        from mmrl_operator.chat_cli import main as chat
+
+        return chat(args.name, args.question, args.image, args.namespace)
     from mmrl_operator.run import run_operator
 
     return run_operator(args)

@@ -25,12 +25,13 @@ class Facts:
     pod_problem: tuple[str, str] | None = None  # (reason, message) of a Ray pod that cannot start
     stalled: tuple[str, str] | None = None  # (reason, message) when the operator cannot make progress
     spec_change_pending: str | None = None  # why a spec change waits for the running attempt to end
+    inference: tuple[bool | None, str, str] | None = None  # InferenceReady (status, reason, message) once trained
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
     p = facts.phase
     return [
-        ("Ready", p in ("Succeeded", "Serving"), facts.stalled[0] if facts.stalled else p, facts.message),
+        ("Ready", _ready(facts), facts.stalled[0] if facts.stalled else p, facts.message),
         ("Reconciling", p in IN_PROGRESS, p, facts.message),
         _stalled(facts),
         _cluster_ready(facts),
@@ -44,6 +45,7 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         ("Complete", p == "Succeeded", p, facts.message),
         ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
         ("Suspended", p == "Suspended", p, facts.message),
+        _inference_ready(facts),
         (
             "SpecChangePending",
             facts.spec_change_pending is not None,
@@ -51,6 +53,21 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
             facts.spec_change_pending or "the Ray cluster matches the spec",
         ),
     ]
+
+
+def _ready(facts: Facts) -> bool:
+    """Succeeded without serving, or Serving with the adapter answering."""
+    if facts.phase == "Serving":
+        return bool(facts.inference and facts.inference[0] is True)
+    return facts.phase == "Succeeded"
+
+
+def _inference_ready(facts: Facts) -> tuple[str, bool | None, str, str]:
+    if facts.inference is not None:
+        return ("InferenceReady", *facts.inference)
+    if facts.phase == "Failed":
+        return ("InferenceReady", False, "TrainingFailed", "training did not produce an adapter to serve")
+    return ("InferenceReady", False, "TrainingNotFinished", "the adapter is served once training succeeds")
 
 
 def _stalled(facts: Facts) -> tuple[str, bool | None, str, str]:

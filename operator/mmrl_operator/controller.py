@@ -18,12 +18,15 @@ from mmrl_operator import constants as c
 from mmrl_operator import metrics
 from mmrl_operator.api import parse_job
 from mmrl_operator.api.job import MultimodalRLJob
+from mmrl_operator.builders import inference
 from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import ApplyRejected, Kube
-from mmrl_operator.names import attempt_of, raycluster_name
-from mmrl_operator.observed import Observed, PodInfo, pod_problem
+from mmrl_operator.names import attempt_of, inference_name, raycluster_name
+from mmrl_operator.observed import Observed, PodInfo, ServingObserved, adapter_check_failure, pod_problem
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
+from mmrl_operator.service_proxy import describe_error
+from mmrl_operator.serving import deployment_state
 
 log = logging.getLogger("mmrl.controller")
 TRAINER_OWNED = "progress"  # status.progress is written by the trainer only
@@ -43,9 +46,12 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
         attempt = attempt_of(obj["metadata"]["name"], name)
         if attempt is not None:
             rayjobs[attempt] = obj
-    pods = []
+    pods, inference_pods = [], []
     for p in kube.list_owned("v1", "Pod", ns, name):
         meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
+        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) == inference.COMPONENT:
+            inference_pods.append(p)
+            continue
         pods.append(
             PodInfo(
                 name=meta["name"],
@@ -63,7 +69,40 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
     nodes = {}
     for node_name in sorted({p.node for p in pods if p.node}):
         nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
-    return Observed(raycluster=clusters[0] if clusters else None, rayjobs=rayjobs, pods=pods, nodes=nodes)
+    serving = observe_serving(kube, job, inference_pods) if trained(job) else ServingObserved()
+    return Observed(
+        raycluster=clusters[0] if clusters else None, rayjobs=rayjobs, pods=pods, nodes=nodes, serving=serving
+    )
+
+
+def trained(job: MultimodalRLJob) -> bool:
+    return job.status is not None and job.status.phase in ("Succeeded", "Serving")
+
+
+def observe_serving(kube: Kube, job: MultimodalRLJob, pods: list[dict[str, Any]]) -> ServingObserved:
+    """The inference Deployment and Service, their pods' problems, and — only when the Deployment is Available —
+    the adapter listing from /v1/models through the Service (the apiserver's service proxy)."""
+    ns, name = job.namespace, inference_name(job.name)
+    deps = [o for o in kube.list_owned("apps/v1", "Deployment", ns, job.name) if o["metadata"]["name"] == name]
+    svcs = [o for o in kube.list_owned("v1", "Service", ns, job.name) if o["metadata"]["name"] == name]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    check_failure = next((f for p in live if (f := adapter_check_failure(p))), None)
+    problem = next((pr for p in live if (pr := pod_problem(p))), None)
+    models, error = None, None
+    dep = deps[0] if deps else None
+    if dep is not None and svcs and deployment_state(dep, job.spec.inference.replicas)[0]:
+        try:
+            models = kube.service_get_json(ns, name, inference.PORT, "/v1/models").get("data") or []
+        except Exception as exc:  # an unreachable or not yet listening server is a fact, not an error
+            error = describe_error(exc)
+    return ServingObserved(
+        deployment=dep,
+        service=svcs[0] if svcs else None,
+        models=models,
+        probe_error=error,
+        pod_problem=problem,
+        check_failure=check_failure,
+    )
 
 
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -153,7 +153,12 @@ def _child_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     RUNTIME.queue.add((namespace, labels[c.LABEL_JOB]))
 
 
-for _group, _version, _plural in ((c.RAY_GROUP, c.RAY_VERSION, "rayclusters"), (c.RAY_GROUP, c.RAY_VERSION, "rayjobs")):
+CHILD_KINDS = (
+    (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
+    (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
+    ("apps", "v1", "deployments"),  # the inference Deployment: roll-outs and availability
+)
+for _group, _version, _plural in CHILD_KINDS:
     kopf.on.event(_group, _version, _plural, labels={c.LABEL_JOB: kopf.PRESENT}, id=f"child-{_plural}")(_child_event)
 
 

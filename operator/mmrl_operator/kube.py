@@ -19,6 +19,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from mmrl_operator import constants as c
+from mmrl_operator.service_proxy import proxy_json
 
 log = logging.getLogger("mmrl.kube")
 
@@ -110,6 +111,12 @@ class Kube:
             if exc.status == 404:
                 return None
             raise
+
+    def service_get_json(self, namespace: str, service: str, port: int, path: str, timeout: float = 5.0) -> Any:
+        """GET `path` from a Service through the apiserver's service proxy (works from inside and outside the
+        cluster, needs `get services/proxy`); the JSON body, or an exception when it does not answer."""
+        self.calls += 1
+        return proxy_json(self.api_client, "GET", namespace, service, port, path, timeout=timeout)
 
     # --- writes --------------------------------------------------------------------------------------------
     def apply(self, obj: dict[str, Any]) -> None:

@@ -36,11 +36,26 @@ class PodInfo:
 
 
 @dataclass(frozen=True)
+class ServingObserved:
+    deployment: dict[str, Any] | None = None
+    service: dict[str, Any] | None = None
+    models: list[dict[str, Any]] | None = None
+    """`data` of GET /v1/models through the Service; None when it was not asked or did not answer."""
+    probe_error: str | None = None
+    pod_problem: tuple[str, str] | None = None
+    """(reason, message) of an inference pod that cannot start (scheduling, image pull, crash loop)."""
+    check_failure: str | None = None
+    """The init container's error lines when it refused the adapter (exit 3)."""
+
+
+@dataclass(frozen=True)
 class Observed:
     raycluster: dict[str, Any] | None = None
     rayjobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> RayJob
     pods: list[PodInfo] = field(default_factory=list)
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
+    serving: ServingObserved = field(default_factory=ServingObserved)
+    """The inference Deployment, Service and /v1/models answer (only read once training succeeded)."""
     apply_error: str | None = None
     """Set when this pass's applies were refused by the apiserver (see controller.reconcile): decide again with
     it, so the status says why and no attempt is recorded that was never created."""
@@ -128,3 +143,20 @@ def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
     seen = st.get("observedGeneration")
     current = generation is None or seen is None or int(seen) >= int(generation)
     return bool(head_ok and workers_ok and current and st.get("state") == "ready")
+
+
+def adapter_check_failure(pod: dict[str, Any]) -> str | None:
+    """The error lines of the inference pod's adapter check when it refused the adapter (exit 3)."""
+    from mmrl_trainer.contract import ERROR_PREFIX, EXIT_BAD_INPUT
+
+    for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            term = state.get("terminated") or {}
+            if term.get("exitCode") == EXIT_BAD_INPUT:
+                lines = [
+                    ln.split(ERROR_PREFIX, 1)[1].strip()
+                    for ln in (term.get("message") or "").splitlines()
+                    if ERROR_PREFIX in ln
+                ]
+                return "; ".join(lines) or f"the adapter check in pod {pod['metadata']['name']} exited 3"
+    return None

@@ -15,7 +15,7 @@ from typing import Any
 
 from mmrl_operator import constants as c
 from mmrl_operator.api import MultimodalRLJob
-from mmrl_operator.api.status import MAX_ATTEMPT_HISTORY, Attempt, JobStatus
+from mmrl_operator.api.status import MAX_ATTEMPT_HISTORY, Attempt, InferenceStatus, JobStatus
 from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
@@ -30,6 +30,7 @@ from mmrl_operator.observed import (
     raycluster_ready,
     rayjob_outcome,
 )
+from mmrl_operator.serving import decide_serving
 from mmrl_trainer.contract import fatal_reason, last_error_line
 
 APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried on this period and on every change
@@ -90,6 +91,7 @@ class _Decider:
         self.spec_change_pending: str | None = None
         # The first Ray pod that cannot start (unschedulable, image pull or crash loop), to tell the user why.
         self.pod_problem = next((pod.problem for pod in observed.pods if pod.problem), None)
+        self.inference_ready: tuple[bool | None, str, str] | None = None
 
     # --- helpers -----------------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -133,7 +135,7 @@ class _Decider:
         elif self._failed_reason() == "RestartBudgetExhausted" and self.budget_raised():
             self.status.phase, self.status.finished_at = "Recovering", None
             self.event("Normal", "Resumed", "restart budget raised: resuming from the latest complete checkpoint")
-        if self.status.phase in ("Succeeded", "Failed"):
+        if self.status.phase in ("Succeeded", "Serving", "Failed"):
             self.finished()
         elif self.spec.suspend:
             self.suspend()
@@ -141,7 +143,24 @@ class _Decider:
             self.ensure_children()
             self.watch_nodes()
             self.step_attempts()
+        if self.status.phase in ("Succeeded", "Serving"):
+            self.serve()
         return self.finish()
+
+    def serve(self) -> None:
+        """Training is done: serve the adapter (see `serving`), or stay Succeeded when serving is off."""
+        d = decide_serving(self.job, self.status, self.obs.serving)
+        self.plan.apply += d.apply
+        self.plan.delete += [Delete(api, kind, name) for api, kind, name in d.delete]
+        for type_, reason, message in d.events:
+            self.event(type_, reason, message)
+        if d.phase == "Failed":
+            self.status.message = d.message  # a Failed job's message is kept as written here
+        self.set_phase(d.phase, d.message or self.status.message or d.phase, d.reason)
+        self.status.inference = InferenceStatus.model_validate(d.inference) if d.inference else None
+        self.inference_ready = d.ready
+        if d.requeue_after is not None:
+            self.due.append(self.now + timedelta(seconds=d.requeue_after))
 
     def adopt_orphan_attempt(self) -> None:
         """A RayJob newer than status.attempt means we crashed after creating it: record it, don't recreate."""
@@ -172,7 +191,7 @@ class _Decider:
         for attempt in self.obs.rayjobs:
             self.stop_if_active(attempt)  # a finished job leaves nothing running
         self.message = self.status.message or self.status.phase
-        self.reason = self.status.phase if self.status.phase == "Succeeded" else self._failed_reason()
+        self.reason = self.status.phase if self.status.phase != "Failed" else self._failed_reason()
 
     def budget_raised(self) -> bool:
         """A job that ran out of restarts may go on once the user raised the budget it exhausted."""
@@ -501,6 +520,7 @@ class _Decider:
             ),
             stalled=("ApplyFailed", self.obs.apply_error) if self.obs.apply_error else None,
             spec_change_pending=self.spec_change_pending,
+            inference=self.inference_ready,
         )
         self.status.conditions = compute_conditions(self.status.conditions, facts, ts(self.now))
         self.plan.status = self.status.wire()

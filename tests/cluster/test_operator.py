@@ -91,7 +91,10 @@ def test_spec_update_propagates_and_immutable_fields_are_rejected(jobs, operator
     spec = cluster_job("geo")["spec"]["cluster"]["workerGroups"]
     spec[0]["replicas"] = 2
     jobs.patch("geo", {"spec": {"cluster": {"workerGroups": spec}}})
-    wait_until(lambda: jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2, 30)
+    # The running attempt keeps the cluster it started on; the change is reported and waits for the attempt to end
+    # (tests/cluster/test_safety.py follows it through to the next attempt).
+    wait_until(lambda: jobs.condition("geo", "SpecChangePending") == "True", 30, what="SpecChangePending")
+    assert jobs.ray("rayclusters")[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 1
     with pytest.raises(client.exceptions.ApiException) as err:
         jobs.patch("geo", {"spec": {"model": {"name": "Qwen/Qwen2.5-VL-7B-Instruct"}}})
     assert err.value.status == 422 and "model is immutable" in err.value.body

@@ -11,7 +11,9 @@ import pytest
 
 from mmrl_local import build
 from mmrl_local.demo import Demo
-from mmrl_trainer.adapter import check_vllm_compatible
+from mmrl_operator.chat_cli import ask
+from mmrl_trainer.adapter import check_adapter_dir, sha256_file
+from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.operator import Jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
@@ -32,18 +34,24 @@ def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: d
     )
 
 
-def test_job_trains_survives_a_node_replacement_resumes_and_exports_a_servable_adapter(
+def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_with_vllm(
     control_plane, api_client, namespace, hyperpod_nodes, kuberay_run, operator, tmp_path
 ) -> None:
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(2)
     d = demo(control_plane, api_client, namespace, tmp_path, SHORT)
+    try:
+        summary = d.run(fault=True, timeout=900)
+        hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
+        assert_trained(d, api_client, namespace, summary)
+        assert_served(d, api_client, namespace, summary, tmp_path)
+    finally:
+        d.close()
 
-    summary = d.run(fault=True, timeout=600)
-    hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
 
+def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     status = Jobs(api_client, namespace).status(d.name)
-    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["phase"] == "Serving", status.get("message")
     first, second = status["attempts"]
     assert (first["cause"], first["result"], first["failure"]) == ("initial", "Stopped", "infra")
     assert (second["cause"], second["result"]) == ("infra", "Succeeded")
@@ -54,11 +62,28 @@ def test_job_trains_survives_a_node_replacement_resumes_and_exports_a_servable_a
     assert status["progress"]["step"] == 12 and status["progress"]["attempt"] == 2
     assert summary.held_out_first is not None and summary.held_out_last is not None
     assert summary.held_out_last - summary.held_out_first >= 0.15, (summary.held_out_first, summary.held_out_last)
-    adapter = check_vllm_compatible(summary.adapter_host_dir)
+    adapter = check_adapter_dir(summary.adapter_host_dir)
     assert adapter.rank == 8 and adapter.base_model == "/ckpt/models/tiny-qwen3-vl"  # the path every pod mounts
     assert summary.plot is not None and summary.plot.stat().st_size > 0
     events = Jobs(api_client, namespace).events(d.name)
-    assert events.count("AttemptStarted") == 2 and "NodeFault" in events and events[-1] == "Succeeded"
+    assert events.count("AttemptStarted") == 2 and "NodeFault" in events and "Succeeded" in events
+
+
+def assert_served(d: Demo, api_client, namespace: str, summary, tmp_path: Path) -> None:
+    """Real vLLM (CPU build) ran the Deployment's own command and args against the trained adapter."""
+    status = Jobs(api_client, namespace).status(d.name)
+    inference = status["inference"]
+    assert inference["ready"] is True and inference["model"] == d.name
+    assert next(c for c in status["conditions"] if c["type"] == "InferenceReady")["status"] == "True"
+    assert status["adapter"]["sha256"] == sha256_file(summary.adapter_host_dir / "adapter_model.safetensors")
+    listed = {m["id"]: m.get("parent") for m in d.inference.models()}
+    assert listed[d.name] == "tiny-qwen3-vl"  # the adapter, child of the served base model
+    assert summary.served["answer"].strip().lower() in COLOURS, summary.served
+    # `mmrl chat` goes through the Service and the apiserver's service proxy, as a user on the cluster would.
+    image = tmp_path / "out" / summary.served["image"]
+    answer, _ = ask(api_client, namespace, d.name, QUESTION, image)
+    assert answer.strip() == summary.served["answer"].strip()
+    assert "InferenceReady" in Jobs(api_client, namespace).events(d.name)
 
 
 def test_a_trainer_that_cannot_load_its_model_fails_the_job_at_once(

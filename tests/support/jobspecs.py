@@ -34,6 +34,8 @@ def cluster_job(name: str, patch: dict[str, Any] | None = None, *, workers: int 
                 },
                 "resilience": {"backoffSeconds": 0, "maxBackoffSeconds": 0, "hangTimeoutSeconds": 0},
                 "ttlSecondsAfterFinished": None,
+                # Training tests end at Succeeded; the serving tests turn inference on (tests/cluster/test_serving.py).
+                "inference": {"enabled": False},
             }
         },
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_trainer.adapter import check_vllm_compatible
+from mmrl_trainer.adapter import check_adapter_dir
 from mmrl_trainer.backends import local
 from mmrl_trainer.data import load_examples
 from mmrl_trainer.evaluate import held_out_reward
@@ -45,7 +45,7 @@ def test_exported_adapter_is_the_trained_policy_and_servable(tiny_model: Path, t
 
     cfg = make_config(tmp_path, tiny_model, seed=0, maxSteps=8)
     result = local.run(cfg)
-    info = check_vllm_compatible(result.adapter_dir)
+    info = check_adapter_dir(result.adapter_dir)
     assert (info.rank, info.alpha, info.max_lora_rank) == (8, 16.0, 8)
     assert "lm_head" not in info.target_modules and "q_proj" in info.target_modules
 

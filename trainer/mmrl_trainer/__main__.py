@@ -52,6 +52,16 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+def report_adapter(cfg, attempt: int, adapter_dir) -> None:  # type: ignore[no-untyped-def]
+    """Tell the operator what it will serve: status.adapter from the exported files (checked again here)."""
+    from mmrl_trainer.adapter import check_adapter_dir
+    from mmrl_trainer.progress import ProgressReporter
+
+    info = check_adapter_dir(adapter_dir, base_model=cfg.model.name)
+    if not ProgressReporter.from_config(cfg, attempt=attempt).adapter(info.status()):
+        log.warning("could not report the adapter; the inference pod's init container checks it on its own")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
@@ -88,10 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                 result.adapter_dir,
                 result.held_out_reward,
             )
+            report_adapter(cfg, args.attempt, result.adapter_dir)
         else:
             from mmrl_trainer.backends import skyrl
 
-            skyrl.run(cfg, attempt=args.attempt)
+            adapter_dir = skyrl.run(cfg, attempt=args.attempt)
+            if adapter_dir is not None:
+                report_adapter(cfg, args.attempt, adapter_dir)
     except ValueError as err:  # our loaders and the adapter check raise ValueError with a user-facing message
         log.error("%s", err)
         return _fail(EXIT_BAD_INPUT, str(err))

@@ -163,6 +163,14 @@ class ProgressReporter:
         self.last_patch = now
         return self._send(progress_body(step, total_steps, self.reward_mean, self.checkpoint, heartbeat, self.attempt))
 
+    def adapter(self, adapter_status: dict[str, Any], tries: int = 3) -> bool:
+        """Report the exported adapter (status.adapter); retried, because serving starts from it."""
+        for i in range(tries):
+            if self._send({"status": {"adapter": adapter_status}}):
+                return True
+            time.sleep(min(2.0**i, 5.0))
+        return False
+
     def record(self, step: int, metrics: dict[str, Any]) -> None:
         """Append to the metrics file only (no status patch, no heartbeat): e.g. an evaluation before training."""
         self._append({"step": step, "time": now_rfc3339(), "attempt": self.attempt, **metrics})

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mmrl_trainer.synthetic import COLOURS, QUESTION, colour_examples
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -47,7 +47,8 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
 )
 PATCH, MERGE, TEMPORAL = 8, 2, 2
-TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+# head_dim 32 (not hidden/heads = 16): vLLM's CPU attention supports head sizes 32, 64, 80, ... only.
+TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 32}
 
 
 def cache_root() -> Path:
@@ -92,7 +93,7 @@ def build_processor():
 def build_config(tokenizer):
     from transformers import Qwen3VLConfig
 
-    head_dim = TEXT["hidden_size"] // TEXT["num_attention_heads"]
+    head_dim = TEXT["head_dim"]
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
     return Qwen3VLConfig(
         text_config={
@@ -102,7 +103,11 @@ def build_config(tokenizer):
             "head_dim": head_dim,
             "max_position_embeddings": 512,
             # mrope sections (t, h, w) must sum to head_dim / 2.
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]},
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [head_dim // 4, head_dim // 8, head_dim // 8],
+            },
             "pad_token_id": ids["<|endoftext|>"],
             "eos_token_id": ids["<|im_end|>"],
         },

@@ -90,8 +90,20 @@ class InferenceResources(ApiModel):
 class InferenceSpec(ApiModel):
     """The vLLM Deployment + Service created when training succeeds (base model + trained adapter)."""
 
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                "!has(self.gpus) || self.gpus == 0 || self.gpus >= self.tensorParallelSize",
+                "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize",
+                ".gpus",
+            )
+        )
+    }
+
     enabled: bool = True
-    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1, max_length=512)
+    """Serve the adapter once training succeeds; false ends the job at Succeeded (and removes a Deployment)."""
+    image: str = Field(default="vllm/vllm-openai:v0.33.0", min_length=1, max_length=512)
+    """The vLLM OpenAI-server image; its entrypoint is replaced by `python3 -m vllm.entrypoints.openai.api_server`."""
     replicas: int = Field(default=1, ge=0, le=64)
     resources: InferenceResources = Field(default_factory=InferenceResources)
     """CPU/memory; GPUs are tensorParallelSize per replica."""
@@ -99,8 +111,18 @@ class InferenceSpec(ApiModel):
     """Name clients use for the adapter in the OpenAI API; defaults to the job name."""
     max_model_len: int | None = Field(default=8192, ge=256, le=1_048_576)
     tensor_parallel_size: int = Field(default=1, ge=1, le=16)
+    gpus: int | None = Field(default=None, ge=0, le=16)
+    """nvidia.com/gpu per replica; defaults to tensorParallelSize. 0 runs a CPU build of vLLM (set `image`)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     max_images_per_prompt: int = Field(default=2, ge=0, le=64)
     extra_args: list[str] = Field(default_factory=list, max_length=32)
     """Extra `vllm serve` arguments, appended last."""
     node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
+
+    @model_validator(mode="after")
+    def _enough_gpus(self) -> InferenceSpec:
+        if self.gpus and self.gpus < self.tensor_parallel_size:
+            raise ValueError(
+                f"gpus: {self.gpus} is fewer than tensorParallelSize {self.tensor_parallel_size}; use 0 for CPU"
+            )
+        return self

@@ -7,11 +7,11 @@ survived many node replacements does not grow its object without limit.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from mmrl_operator.api.base import ApiModel
+from mmrl_operator.api.base import PRESERVE_UNKNOWN_KEY, ApiModel
 
 Phase = Literal[
     "Pending",
@@ -92,18 +92,34 @@ class Attempt(StatusModel):
 
 
 class AdapterStatus(StatusModel):
-    path: str
-    rank: int
-    alpha: int
-    target_modules: list[str]
-    base_model: str
+    """The exported LoRA adapter, as the trainer checked and reported it (the operator serves exactly this)."""
+
+    path: str = Field(max_length=1024)
+    """Where the adapter lies, as the job's pods see it (the checkpoint volume's mount path, or s3://...)."""
+    rank: int = Field(ge=0)
+    """The largest LoRA rank in the adapter (r and rank_pattern)."""
+    alpha: float = 0
+    target_modules: list[str] = Field(default_factory=list, max_length=256)
+    base_model: str = Field(default="", max_length=1024)
+    sha256: str = Field(default="", max_length=64)
+    """sha256 of adapter_model.safetensors; the inference pod's init container checks it."""
+    max_lora_rank: int | None = None
+    """The smallest vLLM --max-lora-rank that fits the adapter."""
+    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
+    """The rule-relevant keys of adapter_config.json, so the operator re-checks them before serving."""
 
 
 class InferenceStatus(StatusModel):
     service: str
+    """The Service in front of the vLLM Deployment (`<name>-inference`)."""
     url: str
+    """In-cluster base URL of the OpenAI-compatible API, e.g. http://job-inference.ns.svc:8000/v1."""
     ready: bool = False
+    """The Deployment is Available and `/v1/models` (through the Service) lists the adapter."""
     model: str | None = None
+    """The name to pass as `model` in OpenAI requests: the adapter's served name."""
+    base_model: str | None = None
+    """The served name of the base model (the adapter's parent in /v1/models)."""
 
 
 class JobStatus(StatusModel):

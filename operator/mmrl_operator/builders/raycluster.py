@@ -25,7 +25,7 @@ SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
 UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PENDING_REBOOT]
 
 
-def _affinity(job: MultimodalRLJob) -> dict[str, Any] | None:
+def affinity(job: MultimodalRLJob) -> dict[str, Any] | None:
     if not job.spec.cluster.hyperpod:
         return None
     term = {"matchExpressions": [{"key": c.HYPERPOD_HEALTH_LABEL, "operator": "NotIn", "values": UNHEALTHY}]}
@@ -81,9 +81,9 @@ def _pod_template(
         del pod["containers"][0]["envFrom"]
     if not pod["tolerations"]:
         del pod["tolerations"]
-    affinity = _affinity(job)
-    if affinity:
-        pod["affinity"] = affinity
+    placement = affinity(job)
+    if placement:
+        pod["affinity"] = placement
     if node_selector:
         pod["nodeSelector"] = node_selector
     if spec.cluster.priority_class_name:

@@ -71,7 +71,7 @@ def test_killed_after_creating_rayjob_before_status_write_adopts_it() -> None:
 
 
 def test_success_finishes_and_ttl_deletes_cluster_later() -> None:
-    j = job()
+    j = job({"spec": {"inference": {"enabled": False}}})  # serving: tests/unit/operator/test_serving.py
     j = advance(j, decide(j, 1, Observed(), T0))
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
     done = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "SUCCEEDED")}), T0)

@@ -7,7 +7,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from mmrl_operator.api import MultimodalRLJob
 from mmrl_operator.builders.trainer_config import build_trainer_config
@@ -200,13 +202,17 @@ def test_final_adapter_is_exported_from_the_newest_complete_skyrl_step(tmp_path:
         lora = tmp_path / f"global_step_{step}" / "policy" / "lora_adapter"
         lora.mkdir(parents=True)
         (lora / "adapter_config.json").write_text(
-            json.dumps({"peft_type": "LORA", "r": rank, "target_modules": ["q_proj"]})
+            json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": rank, "target_modules": ["q_proj"]})
         )
-        (lora / "adapter_model.safetensors").write_bytes(b"w")
+        save_file(
+            {"q_proj.lora_A.weight": np.zeros((rank, 4), dtype=np.float32)}, str(lora / "adapter_model.safetensors")
+        )
     (tmp_path / "latest_ckpt_global_step.txt").write_text("10")
     exported = export_final_adapter(cfg)
     assert exported == tmp_path / "adapter"
-    assert json.loads((exported / "adapter_config.json").read_text())["r"] == 32
+    exported_cfg = json.loads((exported / "adapter_config.json").read_text())
+    assert exported_cfg["r"] == 32
+    assert exported_cfg["base_model_name_or_path"] == cfg.model.name  # what the trainer trained, not a resolved path
 
 
 _DATASET = r"""

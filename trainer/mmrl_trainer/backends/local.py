@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.adapter_rules import VISION_TOWER_MODULES
 from mmrl_trainer.config import TrainerConfig
 from mmrl_trainer.progress import ProgressReporter
 
@@ -92,6 +93,8 @@ def lora_config(cfg: TrainerConfig):
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
         target_modules=list(cfg.lora.target_modules),
+        # vLLM ignores LoRA weights on Qwen3-VL's vision tower unless run with --enable-tower-connector-lora.
+        exclude_modules=VISION_TOWER_MODULES,
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -115,10 +118,11 @@ def make_callbacks(
             dst = ckpt.begin_step(root, state.global_step)
             os.replace(src, dst / "policy")
             done = ckpt.commit_step(root, state.global_step, keep=cfg.checkpoint.keep)
-            metrics: dict[str, Any] = {"event": "checkpoint"}
+            # Report the sealed checkpoint before the (slower) held-out evaluation: a node lost during the eval
+            # must not hide that this step was safely written.
+            reporter.report(state.global_step, n_steps, {"event": "checkpoint"}, checkpoint=done, force=True)
             if evaluator is not None and kwargs.get("model") is not None:
-                metrics["eval_reward"] = evaluator(kwargs["model"])
-            reporter.report(state.global_step, n_steps, metrics, checkpoint=done, force=True)
+                reporter.record(state.global_step, {"event": "eval", "eval_reward": evaluator(kwargs["model"])})
             return control
 
     class ReportProgress(TrainerCallback):

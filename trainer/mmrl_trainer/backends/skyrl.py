@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.adapter_rules import VISION_TOWER_MODULES
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.config import TrainerConfig
 from mmrl_trainer.data import SKYRL_ENV_CLASS
@@ -46,6 +47,7 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
         "trainer.policy.model.lora.alpha": lora.alpha,
         "trainer.policy.model.lora.dropout": lora.dropout,
         "trainer.policy.model.lora.target_modules": _list(lora.target_modules),
+        "trainer.policy.model.lora.exclude_modules": VISION_TOWER_MODULES,
         "trainer.policy.optimizer_config.lr": algo.learning_rate,
         "trainer.train_batch_size": algo.train_batch_size,
         "trainer.policy_mini_batch_size": algo.mini_batch_size,
@@ -124,7 +126,7 @@ def materialise_data(cfg: TrainerConfig, data_dir: Path) -> tuple[list[str], lis
 
 def export_final_adapter(cfg: TrainerConfig) -> Path | None:
     """Copy the newest complete step's LoRA adapter to export_dir (local/mounted checkpoint dirs only)."""
-    from mmrl_trainer.adapter import check_vllm_compatible
+    from mmrl_trainer.adapter import check_adapter_dir
 
     if cfg.checkpoint.dir.startswith("s3://"):
         return None  # SkyRL wrote it to S3; the operator checks the adapter where it lies
@@ -142,7 +144,12 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target)
-    check_vllm_compatible(target)
+    # We know which model was trained; SkyRL may have recorded a resolved local path of it instead.
+    cfg_file = target / "adapter_config.json"
+    adapter_cfg = json.loads(cfg_file.read_text())
+    adapter_cfg["base_model_name_or_path"] = cfg.model.name
+    cfg_file.write_text(json.dumps(adapter_cfg, indent=2))
+    check_adapter_dir(target, base_model=cfg.model.name)
     return target
 
 

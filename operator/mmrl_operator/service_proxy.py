@@ -1,0 +1,46 @@
+"""HTTP to a Service through the apiserver's service proxy: reaches in-cluster endpoints from anywhere the
+Kubernetes API is reachable, with the caller's own credentials (RBAC: `get`/`create` on `services/proxy`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def proxy_json(
+    api_client: Any,
+    method: str,
+    namespace: str,
+    service: str,
+    port: int | str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    timeout: float = 5.0,
+) -> Any:
+    """`method` `path` on `service`:`port`; returns the decoded JSON body, raises on a non-2xx answer."""
+    from kubernetes.client.exceptions import ApiException
+
+    resource = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}"
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    _method, url, header_params, serialized, post_params = api_client.param_serialize(
+        method=method, resource_path=resource, header_params=headers, body=body, auth_settings=["BearerToken"]
+    )
+    response = api_client.call_api(_method, url, header_params, serialized, post_params, _request_timeout=timeout)
+    response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    return json.loads(response.data)
+
+
+def describe_error(exc: Exception) -> str:
+    """One short line for a failed proxy call: the apiserver's status message, not the whole response."""
+    status, body = getattr(exc, "status", None), getattr(exc, "body", None)
+    if status is None:
+        return " ".join(str(exc).split())[:300]
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (TypeError, ValueError):
+        message = None
+    return f"HTTP {status}: {' '.join(str(message or getattr(exc, 'reason', '') or body).split())[:300]}"
