@@ -8,7 +8,7 @@ PYTHON ?= python3
 export UV_CACHE_DIR ?= $(MMRL_CACHE)/uv
 export MMRL_CACHE
 # Import this checkout's sources even when another clone last ran `pip install -e .` into the shared venv.
-export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/trainer:$(CURDIR)/local$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONPATH := $(CURDIR)/api:$(CURDIR)/operator:$(CURDIR)/trainer:$(CURDIR)/local$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 # The virtualenv is keyed by the lock file, so a clean clone reuses a warm one and a dependency change
 # builds a new one instead of mutating the old.

@@ -29,8 +29,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     args = parser.parse_args()
 
+    from mmrl_api.trainer_config import TrainerConfig
     from mmrl_trainer.backends import local
-    from mmrl_trainer.config import TrainerConfig
     from mmrl_trainer.tiny import build_tiny_vlm
 
     model = build_tiny_vlm()

@@ -22,15 +22,10 @@ RUN groupadd --system --gid 10001 mmrl \
         --shell /usr/sbin/nologin mmrl
 
 WORKDIR /opt/mmrl
+# Exactly two packages: the shared API (models, constants, the trainer contract and config, the adapter rules)
+# and the operator. No trainer code: mmrl_operator never imports mmrl_trainer (tests/unit/test_package_boundaries.py).
+COPY api/mmrl_api/ /opt/mmrl/mmrl_api/
 COPY operator/mmrl_operator/ /opt/mmrl/mmrl_operator/
-# The operator imports three trainer modules at runtime (`grep -rn mmrl_trainer operator/`): mmrl_trainer.contract
-# (builders/rayjob.py: the RayJob entrypoint; reconcile.py: exit codes and the last error line),
-# mmrl_trainer.config (builders/trainer_config.py: TrainerConfig, which itself imports only pydantic and
-# mmrl_operator.api.spec) and mmrl_trainer.adapter_rules (serving.py: the vLLM adapter rules, pure), plus the
-# package's docstring-only __init__.py. They are meant to move into a shared package split out of operator/ and
-# trainer/; until then these four files are all the trainer code here.
-COPY trainer/mmrl_trainer/__init__.py trainer/mmrl_trainer/adapter_rules.py trainer/mmrl_trainer/config.py \
-    trainer/mmrl_trainer/contract.py /opt/mmrl/mmrl_trainer/
 # Bytecode compiled at build time: the sources are root-owned and the process cannot write __pycache__.
 RUN python -m compileall -q /opt/mmrl
 

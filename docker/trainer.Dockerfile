@@ -2,16 +2,8 @@
 # The trainer image (spec.trainer.image) that every Ray pod of a MultimodalRLJob runs: SkyRL 0.3.0's GPU stack
 # (torch, vLLM, flash-attn, Ray) with mmrl_trainer installed next to it. KubeRay supplies the container command
 # (`ray start ...`), so this image sets no ENTRYPOINT; each attempt's RayJob entrypoint is
-# `python -m mmrl_trainer --config <file> --attempt N` (trainer/mmrl_trainer/contract.py).
+# `python -m mmrl_trainer --config <file> --attempt N` (api/mmrl_api/contract.py).
 # Build from the repository root: docker build -f docker/trainer.Dockerfile -t <registry>/mmrl/trainer:0.1.0 .
-
-# mmrl as a wheel, built away from the GPU image so no build tooling or source tree lands in it.
-FROM python:3.12.16-slim-bookworm AS wheel
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/mmrl_operator/ operator/mmrl_operator/
-COPY trainer/mmrl_trainer/ trainer/mmrl_trainer/
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # SkyRL's source, only for its uv.lock and to build the `skyrl` package: this commit is SkyRL's git tag
 # skyrl-v0.3.0, the release published on PyPI as skyrl 0.3.0 (the version mmrl's SkyRL backend targets).
@@ -53,14 +45,19 @@ RUN --mount=type=bind,from=skyrl-src,target=/tmp/skyrl,rw \
 # (torch, transformers, peft, trl, ray) are the local CPU backend's and conflict with SkyRL's pins; the skyrl
 # backend needs what SkyRL brings plus the Kubernetes client for progress reports. kubernetes 36.0.3 is the newest
 # release that fits SkyRL's aiohttp==3.14.1 (37.x needs aiohttp>=3.14.5).
-RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/mmrl-dist \
-    --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
+RUN --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
     /home/ray/.local/bin/uv pip freeze --python "$VIRTUAL_ENV/bin/python" \
         | grep -viE '^(pydantic|pydantic-core|pyyaml|typing-extensions|typing-inspection|annotated-types)(==| @ )' \
         | grep -v ' @ file://' > /tmp/skyrl-pins.txt \
     && /home/ray/.local/bin/uv pip install --python "$VIRTUAL_ENV/bin/python" --constraint /tmp/skyrl-pins.txt \
-        /tmp/mmrl-dist/mmrl-*.whl kubernetes==36.0.3 \
-    && rm /tmp/skyrl-pins.txt \
-    && python -c "import mmrl_trainer.backends.skyrl, mmrl_trainer.backends.skyrl_env, mmrl_trainer.progress; \
+        "pydantic>=2.14" "pyyaml>=6.0.2" kubernetes==36.0.3 \
+    && rm /tmp/skyrl-pins.txt
+
+# Exactly two packages: the shared API (models, constants, the trainer contract and config, the adapter rules)
+# and the trainer. No operator code: mmrl_trainer never imports mmrl_operator (tests/unit/test_package_boundaries.py).
+ENV PYTHONPATH=/opt/mmrl
+COPY --chown=1000:100 api/mmrl_api/ /opt/mmrl/mmrl_api/
+COPY --chown=1000:100 trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/
+RUN python -c "import mmrl_trainer.backends.skyrl, mmrl_trainer.backends.skyrl_env, mmrl_trainer.progress; \
 from importlib.metadata import version; \
 print('mmrl trainer image:', {p: version(p) for p in ('skyrl', 'torch', 'vllm', 'ray', 'pydantic', 'kubernetes')})"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [str(ROOT / d) for d in ("operator", "trainer", "local")]
+SOURCES = [str(ROOT / d) for d in ("api", "operator", "trainer", "local")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*SOURCES, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # Control plane, namespace, nodes, stand-in and operator fixtures for tests/cluster and tests/e2e (lazy: unit tests

@@ -30,9 +30,9 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from mmrl_api import constants as c
 from mmrl_local import nodes, storage
 from mmrl_local.plot import line_chart
-from mmrl_operator import constants as c
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer import checkpoint as ckpt
 

@@ -1,5 +1,5 @@
 """SageMaker HyperPod's node vocabulary as the local fakes use it, plus the keys of mmrl-local's own
-fault-injection annotations. HyperPod's strings are defined once, in ``mmrl_operator.constants``, and only
+fault-injection annotations. HyperPod's strings are defined once, in ``mmrl_api.constants``, and only
 re-exported here, so the fakes and the operator cannot drift apart.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 
 # HyperPod's own strings live once, in the operator's constants; the test tool reuses them.
 NODE_HEALTH_STATUS = c.HYPERPOD_HEALTH_LABEL

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from mmrl_operator.service_proxy import proxy_json
 
 

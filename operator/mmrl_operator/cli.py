@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from mmrl_operator.api import validate_manifest
-from mmrl_operator.constants import KIND
+from mmrl_api import validate_manifest
+from mmrl_api.constants import KIND
 
 
 def _summary(job) -> str:  # type: ignore[no-untyped-def]

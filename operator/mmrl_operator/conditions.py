@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mmrl_operator.api.status import Condition
+from mmrl_api.status import Condition
 
 IN_PROGRESS = ("Pending", "Provisioning", "Queued", "Running", "Recovering", "Exporting")
 

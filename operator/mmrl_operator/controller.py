@@ -14,10 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
+from mmrl_api import parse_job
+from mmrl_api.job import MultimodalRLJob
 from mmrl_operator import metrics
-from mmrl_operator.api import parse_job
-from mmrl_operator.api.job import MultimodalRLJob
 from mmrl_operator.builders import inference
 from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
 from mmrl_operator.health import node_verdict

@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from mmrl_operator import metrics
 from mmrl_operator.controller import TRAINER_OWNED, reconcile
 from mmrl_operator.health import health_signature

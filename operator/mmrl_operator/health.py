@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 
 Severity = Literal["healthy", "degraded", "stop"]
 

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from mmrl_operator.service_proxy import proxy_json
 
 log = logging.getLogger("mmrl.kube")

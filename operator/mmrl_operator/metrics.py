@@ -38,7 +38,7 @@ def record_restarts(before: dict[str, int], after: dict[str, int]) -> None:
 
 
 def set_phases(phases: list[str]) -> None:
-    from mmrl_operator.api.status import PHASES
+    from mmrl_api.status import PHASES
 
     tally = _Tally(phases)
     for phase in PHASES:

@@ -6,8 +6,8 @@ makes creation idempotent across operator restarts (a second create of the same 
 
 from __future__ import annotations
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
 
 
 def raycluster_name(job_name: str) -> str:

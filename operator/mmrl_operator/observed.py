@@ -147,7 +147,7 @@ def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
 
 def adapter_check_failure(pod: dict[str, Any]) -> str | None:
     """The error lines of the inference pod's adapter check when it refused the adapter (exit 3)."""
-    from mmrl_trainer.contract import ERROR_PREFIX, EXIT_BAD_INPUT
+    from mmrl_api.contract import ERROR_PREFIX, EXIT_BAD_INPUT
 
     for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
         for state in (cs.get("state") or {}, cs.get("lastState") or {}):

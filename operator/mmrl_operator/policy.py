@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api.status import JobStatus
+from mmrl_api import constants as c
+from mmrl_api.status import JobStatus
 from mmrl_operator.names import TRAINER_SA_SUFFIX
 
 TRAINER_STATUS_FIELDS = ("progress", "adapter")

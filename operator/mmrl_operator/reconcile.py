@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
-from mmrl_operator.api.status import MAX_ATTEMPT_HISTORY, Attempt, InferenceStatus, JobStatus
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
+from mmrl_api.contract import fatal_reason, last_error_line
+from mmrl_api.status import MAX_ATTEMPT_HISTORY, Attempt, InferenceStatus, JobStatus
 from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
@@ -31,7 +32,6 @@ from mmrl_operator.observed import (
     rayjob_outcome,
 )
 from mmrl_operator.serving import decide_serving
-from mmrl_trainer.contract import fatal_reason, last_error_line
 
 APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried on this period and on every change
 

@@ -1,6 +1,6 @@
 """After training: serve the adapter (phase Serving) or end at Succeeded. Pure, like `reconcile.decide`.
 
-The adapter is checked before anything is created: the rules of `mmrl_trainer.adapter_rules` run on what the
+The adapter is checked before anything is created: the rules of `mmrl_api.adapter_rules` run on what the
 trainer reported in `status.adapter`, so an adapter vLLM cannot serve fails the job with the rule named and no
 Deployment is made. `InferenceReady` is True only when the Deployment is Available at its current generation
 with every replica updated AND the operator has seen the adapter's name in `/v1/models` through the Service:
@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmrl_operator.api import MultimodalRLJob
-from mmrl_operator.api.status import AdapterStatus, JobStatus
+from mmrl_api import MultimodalRLJob, adapter_rules
+from mmrl_api.status import AdapterStatus, JobStatus
 from mmrl_operator.builders import inference as build
 from mmrl_operator.names import inference_name
 from mmrl_operator.observed import ServingObserved
-from mmrl_trainer import adapter_rules
 
 PROBE_INTERVAL_SECONDS = 30.0  # while serving, /v1/models is checked again this often (and on every change)
 WAIT_INTERVAL_SECONDS = 10.0  # while a roll-out or the adapter listing is pending

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 
 
 def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:

@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes import client
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from tests.support.corpus import bad_cases, bad_manifest, example
 
 pytestmark = pytest.mark.cluster

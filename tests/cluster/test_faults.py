@@ -10,8 +10,8 @@ import time
 import pytest
 from kubernetes import client
 
+from mmrl_api import constants as c
 from mmrl_local import hyperpod as hp
-from mmrl_operator import constants as c
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import phases_until_done, wait_until
 

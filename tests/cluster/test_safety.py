@@ -8,8 +8,8 @@ import time
 import pytest
 from kubernetes import client
 
+from mmrl_api import constants as c
 from mmrl_local.operator_process import OperatorProcess
-from mmrl_operator import constants as c
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 

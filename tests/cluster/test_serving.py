@@ -10,7 +10,7 @@ import json
 import pytest
 from kubernetes import client
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 

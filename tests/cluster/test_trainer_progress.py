@@ -10,9 +10,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
 from mmrl_local.crd_install import install_mmrl_crd
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.names import service_account_name
 from mmrl_trainer.checkpoint import Checkpoint
@@ -113,8 +113,8 @@ def test_local_training_run_reports_its_final_step_and_checkpoint(
     jobs, api_client, core, custom, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("trl")
+    from mmrl_api.trainer_config import TrainerConfig
     from mmrl_trainer.backends import local
-    from mmrl_trainer.config import TrainerConfig
     from mmrl_trainer.tiny import build_tiny_vlm
 
     job = jobs("tiny")

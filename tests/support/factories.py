@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
 from mmrl_operator.health import node_verdict
 from tests.support.corpus import example, merge_patch
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_operator.api.spec import ModelSpec
+from mmrl_api.spec import ModelSpec
 from mmrl_trainer.__main__ import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, main
 from mmrl_trainer.models import TINY_MODEL, resolve_model
 from tests.trainer.conftest import make_config

@@ -47,7 +47,7 @@ def assert_same_tensors(a: dict, b: dict) -> None:
 def train_until_killed(cfg_file: Path, job_dir: Path, timeout: float = 240) -> int:
     """Run the real entrypoint in a subprocess and SIGKILL it as soon as the first checkpoint is committed."""
     # This checkout's packages first, whatever checkout the venv's editable install points at.
-    paths = [ROOT / "operator", ROOT / "trainer", ROOT, os.environ.get("PYTHONPATH", "")]
+    paths = [ROOT / "api", ROOT / "operator", ROOT / "trainer", ROOT, os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in paths)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mmrl_trainer", "--config", str(cfg_file)],

@@ -1,6 +1,6 @@
 """`python -m mmrl_trainer --config FILE [--attempt N] [--backend local|skyrl] [--check]`: the RayJob entrypoint.
 
-Exit codes are part of the contract with the operator (mmrl_trainer.contract): 0 the job trained and exported its
+Exit codes are part of the contract with the operator (mmrl_api.contract): 0 the job trained and exported its
 adapter; 2 the command line or the config file is invalid; 3 the data, model or adapter is unusable (fix the spec,
 retrying will not help); 1 anything else (an unexpected failure, possibly transient). On failure the last line
 printed is `mmrl-trainer error: <message>`, which the operator copies into the job's status.
@@ -14,7 +14,7 @@ import sys
 
 from pydantic import ValidationError
 
-from mmrl_trainer.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, error_line
+from mmrl_api.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, error_line
 
 __all__ = ["EXIT_BAD_CONFIG", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "parse_args"]
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s attempt={args.attempt} %(message)s"
     )
 
-    from mmrl_trainer.config import TrainerConfig, wait_for_digest
+    from mmrl_api.trainer_config import TrainerConfig, wait_for_digest
 
     if args.config_sha256 and not wait_for_digest(args.config, args.config_sha256):
         return _fail(

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmrl_trainer import adapter_rules as rules
-from mmrl_trainer.contract import EXIT_BAD_INPUT, error_line
+from mmrl_api import adapter_rules as rules
+from mmrl_api.contract import EXIT_BAD_INPUT, error_line
 
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlparse
 
 from PIL import Image
 
-from mmrl_operator.api.spec import DatasetSpec
+from mmrl_api.spec import DatasetSpec
 from mmrl_trainer.synthetic import Example, synthetic_examples
 
 SKYRL_ENV_CLASS = "mmrl_reward"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmrl_operator.api.spec import ModelSpec
+from mmrl_api.spec import ModelSpec
 from mmrl_trainer.data import resolve_uri
 
 TINY_MODEL = "mmrl/tiny-qwen3-vl"

@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mmrl_operator.constants import GROUP, PLURAL, VERSION
+from mmrl_api.constants import GROUP, PLURAL, VERSION
+from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer.checkpoint import Checkpoint
-from mmrl_trainer.config import TrainerConfig
 
 log = logging.getLogger("mmrl_trainer.progress")
 Patcher = Callable[[dict[str, Any]], None]

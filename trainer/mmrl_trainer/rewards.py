@@ -14,7 +14,7 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mmrl_operator.api.spec import RewardSpec
+from mmrl_api.spec import RewardSpec
 
 RewardFn = Callable[[str, str, Mapping[str, Any]], float]
 

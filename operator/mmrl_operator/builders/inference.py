@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.raycluster import affinity
 from mmrl_operator.builders.volumes import build_mounts, local_path
@@ -62,7 +62,7 @@ def model_path(job: MultimodalRLJob) -> str:
 
 def default_adapter(job: MultimodalRLJob) -> Adapter:
     """Where the trainer exports the adapter, for when it has not reported one (e.g. an older trainer)."""
-    from mmrl_trainer.adapter_rules import smallest_max_lora_rank
+    from mmrl_api.adapter_rules import smallest_max_lora_rank
 
     return Adapter(f"{job_dir(job)}/adapter", smallest_max_lora_rank(job.spec.lora.rank), model_path(job))
 

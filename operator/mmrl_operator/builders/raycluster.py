@@ -13,8 +13,8 @@ import hashlib
 import json
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob, WorkerGroup
+from mmrl_api import MultimodalRLJob, WorkerGroup
+from mmrl_api import constants as c
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.jsonmerge import merge_patch

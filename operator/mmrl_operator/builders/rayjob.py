@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
+from mmrl_api.contract import config_digest, entrypoint_command
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.builders.volumes import CONFIG_FILE
 from mmrl_operator.names import raycluster_name, rayjob_name
-from mmrl_trainer.contract import config_digest, entrypoint_command
 
 
 def trainer_entrypoint(job: MultimodalRLJob, attempt: int) -> str:

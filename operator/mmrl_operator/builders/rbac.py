@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
+from mmrl_api import constants as c
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.names import service_account_name
 

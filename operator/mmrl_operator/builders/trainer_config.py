@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
+from mmrl_api.trainer_config import CheckpointConfig, JobRef, Placement, TrainerConfig
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.volumes import build_mounts, local_path
 from mmrl_operator.names import config_map_name, job_dir
-from mmrl_trainer.config import CheckpointConfig, JobRef, Placement, TrainerConfig
 
 
 def build_trainer_config(job: MultimodalRLJob) -> TrainerConfig:

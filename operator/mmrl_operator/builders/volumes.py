@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
 from mmrl_operator.names import config_map_name
 
 CONFIG_MOUNT = "/etc/mmrl"

@@ -7,7 +7,7 @@ import io
 import pytest
 import yaml
 
-from mmrl_operator.api import validate_manifest
+from mmrl_api import validate_manifest
 from mmrl_operator.cli import validate_files
 from tests.support.corpus import bad_cases, bad_manifest
 

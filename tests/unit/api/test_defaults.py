@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mmrl_operator.api import MultimodalRLJob, validate_manifest
-from mmrl_operator.constants import MAX_JOB_NAME_LENGTH, RAYJOB_NAME_LIMIT
+from mmrl_api import MultimodalRLJob, validate_manifest
+from mmrl_api.constants import MAX_JOB_NAME_LENGTH, RAYJOB_NAME_LIMIT
 from tests.support.corpus import example
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import shlex
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
+from mmrl_api.trainer_config import TrainerConfig
 from mmrl_operator.builders.raycluster import build_raycluster
 from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
-from mmrl_trainer.config import TrainerConfig
 from tests.support.factories import job
 
 

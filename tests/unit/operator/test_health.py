@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmrl_operator import constants as c
+from mmrl_api import constants as c
 from mmrl_operator.health import health_signature, node_verdict
 from tests.support.factories import node
 

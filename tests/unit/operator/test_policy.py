@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmrl_operator.api.status import JobStatus
+from mmrl_api.status import JobStatus
 from mmrl_operator.policy import TRAINER_STATUS_FIELDS, build_trainer_status_policy
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mmrl_operator.api import JobStatus
+from mmrl_api import JobStatus
 from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.observed import Observed, PodInfo
 from mmrl_operator.reconcile import Plan, decide, ts

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from mmrl_operator import constants as c
-from mmrl_operator.api import JobStatus
+from mmrl_api import JobStatus
+from mmrl_api import constants as c
 from mmrl_operator.builders.inference import Adapter, build_deployment, build_service, default_adapter
 from mmrl_operator.observed import Observed, ServingObserved
 from mmrl_operator.reconcile import decide

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mmrl_operator.api.status import PHASES
+from mmrl_api.status import PHASES
 
 lupa = pytest.importorskip("lupa.lua51")
 

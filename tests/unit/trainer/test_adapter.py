@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from mmrl_trainer import adapter_rules as rules
+from mmrl_api import adapter_rules as rules
+from mmrl_api.contract import ERROR_PREFIX, EXIT_BAD_INPUT
 from mmrl_trainer.adapter import AdapterError, check_adapter_dir, main, sha256_file
-from mmrl_trainer.contract import ERROR_PREFIX, EXIT_BAD_INPUT
 
 BASE = "Qwen/Qwen3-VL-8B-Instruct"
 TEXT_TENSORS = (

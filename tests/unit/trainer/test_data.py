@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mmrl_operator.api.spec import DatasetSpec
+from mmrl_api.spec import DatasetSpec
 from mmrl_trainer import data, synthetic
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmrl_operator.api.spec import RewardSpec
+from mmrl_api.spec import RewardSpec
 from mmrl_trainer import rewards
 
 

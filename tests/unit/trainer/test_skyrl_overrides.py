@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from mmrl_operator.api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob
 from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_trainer.backends.skyrl import skyrl_overrides, to_cli
 from tests.support.corpus import example
@@ -162,7 +162,7 @@ print(json.dumps(out))
 @pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_our_rewards_run_as_a_registered_skyrl_gym_environment() -> None:
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}:{root / 'trainer'}"}
+    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
     run = subprocess.run([str(_SKYRL_PY), "-c", _ENV], capture_output=True, text=True, timeout=180, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == [[1.0, True], [0.0, True]]
@@ -248,7 +248,7 @@ def test_skyrl_prompt_dataset_reads_our_rows_and_feeds_our_env(tmp_path: Path) -
     )
     build_tokenizer().save_pretrained(tmp_path / "tok")
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}:{root / 'trainer'}"}
+    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
     run = subprocess.run(
         [str(_SKYRL_PY), "-c", _DATASET, str(parquet), str(tmp_path / "tok")],
         capture_output=True,

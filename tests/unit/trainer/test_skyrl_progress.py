@@ -250,7 +250,7 @@ print(json.dumps({"total": trainer.total_training_steps, "patches": patches}))
 
 def run_in_skyrl(script: str, *args: str, stdin: str | None = None) -> str:
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'operator'}:{root / 'trainer'}"}
+    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
     run = subprocess.run(
         [str(_SKYRL_PY), "-c", _PRELUDE + script, *args],
         input=stdin,

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmrl_api.adapter_rules import VISION_TOWER_MODULES
+from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
-from mmrl_trainer.adapter_rules import VISION_TOWER_MODULES
-from mmrl_trainer.config import TrainerConfig
 from mmrl_trainer.progress import ProgressReporter
 
 log = logging.getLogger("mmrl_trainer.local")

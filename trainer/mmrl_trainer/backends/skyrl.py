@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mmrl_api.adapter_rules import VISION_TOWER_MODULES
+from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
-from mmrl_trainer.adapter_rules import VISION_TOWER_MODULES
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
-from mmrl_trainer.config import TrainerConfig
 from mmrl_trainer.data import SKYRL_ENV_CLASS
 
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"

@@ -10,7 +10,7 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from mmrl_operator.api.spec import RewardSpec
+from mmrl_api.spec import RewardSpec
 from mmrl_trainer.rewards import resolve
 
 

@@ -29,7 +29,7 @@ from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
 
 if TYPE_CHECKING:
-    from mmrl_trainer.config import TrainerConfig
+    from mmrl_api.trainer_config import TrainerConfig
 
 log = logging.getLogger("mmrl_trainer.skyrl")
 

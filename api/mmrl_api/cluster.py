@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from mmrl_operator.api.base import PRESERVE_UNKNOWN_KEY, ApiModel, Quantity, cel, cel_rules
-from mmrl_operator.api.spec import DNS_LABEL
+from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, Quantity, cel, cel_rules
+from mmrl_api.spec import DNS_LABEL
 
 
 class Resources(ApiModel):

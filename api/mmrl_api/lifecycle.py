@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_operator.api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
-from mmrl_operator.api.spec import DNS_LABEL, S3_URI
+from mmrl_api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
+from mmrl_api.spec import DNS_LABEL, S3_URI
 
 
 class PVCCheckpoint(ApiModel):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mmrl_operator.api.base import PRESERVE_UNKNOWN_KEY, ApiModel
+from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel
 
 Phase = Literal[
     "Pending",

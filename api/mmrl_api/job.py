@@ -14,12 +14,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from mmrl_operator.api.base import ApiModel, cel, cel_rules, immutable
-from mmrl_operator.api.cluster import ClusterSpec
-from mmrl_operator.api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
-from mmrl_operator.api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
-from mmrl_operator.api.status import JobStatus
-from mmrl_operator.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
+from mmrl_api.base import ApiModel, cel, cel_rules, immutable
+from mmrl_api.cluster import ClusterSpec
+from mmrl_api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
+from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
+from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
+from mmrl_api.status import JobStatus
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

@@ -1,6 +1,10 @@
-"""The MultimodalRLJob API (mmrl.dev/v1alpha1): the only schema source. The CRD is generated from these models."""
+"""What the operator and the trainer share, and nothing else: the MultimodalRLJob API (mmrl.dev/v1alpha1, the only
+schema source: the CRD is generated from these models), the constants naming other systems' labels and APIs, the
+trainer's process contract (`contract`) and config (`trainer_config`), and the vLLM adapter rules
+(`adapter_rules`). Both images carry this package; neither carries the other's (tests/unit/test_package_boundaries.py).
+"""
 
-from mmrl_operator.api.cluster import (
+from mmrl_api.cluster import (
     ClusterSpec,
     HeadSpec,
     KueueSpec,
@@ -8,15 +12,15 @@ from mmrl_operator.api.cluster import (
     Resources,
     WorkerGroup,
 )
-from mmrl_operator.api.job import FieldError, JobSpec, MultimodalRLJob, parse_job, validate_manifest
-from mmrl_operator.api.lifecycle import (
+from mmrl_api.job import FieldError, JobSpec, MultimodalRLJob, parse_job, validate_manifest
+from mmrl_api.lifecycle import (
     CheckpointSpec,
     InferenceSpec,
     PVCCheckpoint,
     ResilienceSpec,
     S3Checkpoint,
 )
-from mmrl_operator.api.spec import (
+from mmrl_api.spec import (
     AlgorithmSpec,
     DatasetSpec,
     EnvVar,
@@ -25,7 +29,7 @@ from mmrl_operator.api.spec import (
     RewardSpec,
     TrainerSpec,
 )
-from mmrl_operator.api.status import PHASES, Attempt, Condition, JobStatus, Progress
+from mmrl_api.status import PHASES, Attempt, Condition, JobStatus, Progress
 
 __all__ = [
     "PHASES",

@@ -17,10 +17,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mmrl_operator.api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec
+from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec
 
 CONFIG_VERSION = 1
-log = logging.getLogger("mmrl_trainer.config")
+log = logging.getLogger("mmrl_api.trainer_config")
 
 
 class _Strict(BaseModel):
@@ -82,7 +82,7 @@ class TrainerConfig(_Strict):
 def wait_for_digest(path: str | Path, digest: str, timeout: float | None = None) -> bool:
     """Wait until the file at `path` hashes to `digest` (contract.config_digest). A ConfigMap volume is refreshed by
     the kubelet's periodic sync (about a minute), so a new attempt may start before its config arrives."""
-    from mmrl_trainer.contract import config_digest
+    from mmrl_api.contract import config_digest
 
     limit = float(os.environ.get("MMRL_CONFIG_WAIT_SECONDS", "300")) if timeout is None else timeout
     deadline = time.monotonic() + limit

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
-from mmrl_operator.api.base import (
+from mmrl_api.base import (
     PRESERVE_UNKNOWN_KEY,
     ApiModel,
     cel,
@@ -23,7 +23,7 @@ from mmrl_operator.api.base import (
     not_below,
     require_exactly_one,
 )
-from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS
+from mmrl_api.constants import VLLM_FORBIDDEN_LORA_TARGETS
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A hub id (org/name), an absolute path in the image, or a URI with a scheme the trainer can load from.

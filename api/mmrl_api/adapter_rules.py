@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmrl_operator.constants import VLLM_FORBIDDEN_LORA_TARGETS, VLLM_LORA_RANKS
+from mmrl_api.constants import VLLM_FORBIDDEN_LORA_TARGETS, VLLM_LORA_RANKS
 
 VLLM_MAX_LORA_RANK = VLLM_LORA_RANKS[-1]
 # Initialisations that only set the starting weights; the others (PiSSA, OLoRA, CorDA, LoftQ) change the base.
