@@ -20,6 +20,7 @@ import logging
 import secrets
 import threading
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from kubernetes import client, watch
@@ -264,7 +265,14 @@ class KubeRayStandIn:
                 continue
             if o_meta.get("deletionTimestamp") or not sj.is_terminal(other.get("status") or {}):
                 self.violations.append(f"{meta['name']} started while {o_meta['name']} was still live or deleting")
-        terminating = [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")]
+        # Only pods whose deletion was asked for before the RayJob was created count: a pod lost after the
+        # operator decided is a fault of the running attempt (handled as one), not an overlap it could have seen.
+        created = sj.parse_time(meta.get("creationTimestamp"))
+        terminating = [
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"].get("deletionTimestamp") and _deletion_requested(p["metadata"], created)
+        ]
         if terminating:
             self.violations.append(f"{meta['name']} started while pods {terminating} were terminating")
 
@@ -406,3 +414,13 @@ class KubeRayStandIn:
             if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
                 return f"node {node_name} (pod {pod['metadata']['name']}) is NotReady"
         return ""
+
+
+def _deletion_requested(meta: dict, before: datetime | None) -> bool:
+    """Whether the deletion of an object was asked for before `before` (the apiserver sets deletionTimestamp to
+    the request time plus the grace period; timestamps have one-second resolution, so ties are not "before")."""
+    deadline = sj.parse_time(meta.get("deletionTimestamp"))
+    if deadline is None or before is None:
+        return deadline is not None
+    requested = deadline - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+    return requested < before

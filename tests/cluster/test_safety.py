@@ -214,14 +214,15 @@ def test_fault_handling_goes_on_while_the_next_rayjob_is_refused(
         )
         worker_node = next(p.spec.node_name for p in pods.items if p.spec.node_name)
         hyperpod_nodes.set_health(worker_node, "UnschedulablePendingReboot")
-        wait_until(
-            lambda: (
-                jobs.status("geo")["attempts"][0]["result"] == "Stopped" and jobs.condition("geo", "Stalled") == "True"
-            ),
-            60,
-            what="attempt 1 stopped while attempt 2 is refused",
+
+        def refused(st: dict) -> bool:
+            stalled = next((x for x in st.get("conditions") or [] if x["type"] == "Stalled"), {})
+            return st["attempts"][0]["result"] == "Stopped" and stalled.get("reason") == "ApplyFailed"
+
+        # One snapshot: a pass that finds the cluster not ready yet does not try (and fail) to apply again.
+        status = wait_until(
+            lambda: (st := jobs.status("geo")) and refused(st) and st, 60, what="attempt 1 stopped, attempt 2 refused"
         )
-        status = jobs.status("geo")
         assert status["attempt"] == 1 and status["restarts"] == {"infra": 1}
         assert "the team's quota is used up" in status["message"]
     finally:
