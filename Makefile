@@ -44,11 +44,13 @@ lock: ## re-resolve requirements.lock from pyproject.toml
 bins: setup ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
 	$(VPY) -m mmrl_local build
 
-crds: setup ## regenerate crds/ from the pydantic models
+crds: setup ## regenerate crds/ and the chart's CRD, RBAC and policy templates from the code
 	$(VPY) -m mmrl_operator.crd --out crds/
+	$(VPY) -m mmrl_operator.chart --out charts/mmrl-operator
 
-crds-check: setup ## fail when crds/ differs from what the models generate
+crds-check: setup ## fail when crds/ or a generated chart template differs from what the code generates
 	$(VPY) -m mmrl_operator.crd --check crds/
+	$(VPY) -m mmrl_operator.chart --check charts/mmrl-operator
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check .

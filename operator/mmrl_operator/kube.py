@@ -1,7 +1,8 @@
 """Kubernetes API access: server-side apply under one field manager, idempotent deletes, events, status.
 
 Everything the controller does to the cluster goes through `Kube`, so tests can count API calls and a fault
-injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`).
+injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`). Each call first checks that
+`rbac.PERMISSIONS` (the source of the chart's RBAC) declares it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from mmrl_operator import constants as c
+from mmrl_operator.rbac import CORE, require
 
 log = logging.getLogger("mmrl.kube")
 
@@ -62,8 +64,10 @@ class Kube:
         crash = os.environ.get("MMRL_CRASH_AFTER_WRITES")
         self._crash_after = int(crash) if crash else None
 
-    def _resource(self, api_version: str, kind: str):  # type: ignore[no-untyped-def]
-        return self.dyn.resources.get(api_version=api_version, kind=kind)
+    def _resource(self, api_version: str, kind: str, *verbs: str):  # type: ignore[no-untyped-def]
+        resource = self.dyn.resources.get(api_version=api_version, kind=kind)
+        require(resource.group, resource.name, *verbs)
+        return resource
 
     def _wrote(self) -> None:
         self.writes += 1
@@ -74,6 +78,7 @@ class Kube:
     # --- reads ---------------------------------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls += 1
+        require(c.GROUP, c.PLURAL, "get")
         try:
             return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
         except ApiException as exc:
@@ -83,15 +88,19 @@ class Kube:
 
     def list_owned(self, api_version: str, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
         self.calls += 1
-        result = self._resource(api_version, kind).get(namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}")
+        result = self._resource(api_version, kind, "list").get(
+            namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}"
+        )
         return [item.to_dict() for item in result.items]
 
     def list_nodes(self) -> list[dict[str, Any]]:
         self.calls += 1
+        require(CORE, "nodes", "list")
         return self.api_client.sanitize_for_serialization(self.core.list_node()).get("items") or []
 
     def list_job_pods(self, namespaces: list[str] | None = None) -> list[dict[str, Any]]:
         """Pods of every job (label mmrl.dev/job), in the watched namespaces or cluster-wide."""
+        require(CORE, "pods", "list")
         found = []
         for ns in namespaces or [None]:
             self.calls += 1
@@ -104,6 +113,7 @@ class Kube:
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         self.calls += 1
+        require(CORE, "nodes", "get")
         try:
             return self.api_client.sanitize_for_serialization(self.core.read_node(name))
         except ApiException as exc:
@@ -111,12 +121,23 @@ class Kube:
                 return None
             raise
 
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the apiserver serves the resource now (discovery: every authenticated client may read it)."""
+        self.calls += 1
+        try:
+            found = self.custom.get_api_resources(group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.name == plural for r in found.resources)
+
     # --- writes --------------------------------------------------------------------------------------------
     def apply(self, obj: dict[str, Any]) -> None:
         self.calls += 1
         meta = obj["metadata"]
         try:
-            self._resource(obj["apiVersion"], obj["kind"]).server_side_apply(
+            self._resource(obj["apiVersion"], obj["kind"], "create", "patch").server_side_apply(
                 body=obj,
                 name=meta["name"],
                 namespace=meta.get("namespace"),
@@ -136,7 +157,7 @@ class Kube:
         if grace is not None:
             body["gracePeriodSeconds"] = grace
         try:
-            self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+            self._resource(api_version, kind, "delete").delete(name=name, namespace=namespace, body=body)
         except NotFoundError:
             return False
         self._wrote()
@@ -148,6 +169,7 @@ class Kube:
         """Merge-patch the status under our field manager. With `resource_version` the apiserver applies it only
         to the object the decision was made from (409 Conflict otherwise, raised as StatusConflict)."""
         self.calls += 1
+        require(c.GROUP, f"{c.PLURAL}/status", "patch")
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
@@ -171,6 +193,7 @@ class Kube:
     def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event on the job (best effort: an event must never fail a reconcile)."""
         self.calls += 1
+        require(CORE, "events", "create")
         meta = job["metadata"]
         now = datetime.now(UTC)
         digest = hashlib.sha1(f"{reason}{message}{now.isoformat()}".encode()).hexdigest()[:10]
