@@ -42,8 +42,7 @@ def _labels(root: str = ".", indent: int = 4, extra: dict[str, str] | None = Non
     return "\n".join(lines)
 
 
-def render_crd() -> str:
-    crd = build_crd()
+def render_crd(crd: dict[str, Any]) -> str:
     return f"""{_header("operator/mmrl_operator/api")}{{{{- if .Values.crds.enabled }}}}
 apiVersion: {crd["apiVersion"]}
 kind: {crd["kind"]}
@@ -160,7 +159,7 @@ metadata:
 def render() -> dict[str, str]:
     """Chart-relative path -> content of every generated template."""
     return {
-        "templates/crd.yaml": render_crd(),
+        "templates/crd.yaml": render_crd(build_crd()),
         "templates/rbac.yaml": render_rbac(),
         "templates/trainer-status-policy.yaml": render_policy(),
     }

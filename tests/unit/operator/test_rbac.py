@@ -115,3 +115,17 @@ def test_the_operator_holds_every_permission_it_grants_a_trainer() -> None:
 def test_block_owner_deletion_is_backed_by_update_on_the_jobs_finalizers() -> None:
     assert owner_reference(job())["blockOwnerDeletion"] is True
     rbac.require(c.GROUP, f"{c.PLURAL}/finalizers", "update")
+
+
+def test_the_install_guide_lists_exactly_the_table() -> None:
+    doc = (OPERATOR.parents[1] / "docs" / "install.md").read_text()
+    section = doc.split("## RBAC", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[2] and cells[0] not in ("group", "---"):
+            group = "" if cells[0] == "core" else cells[0]
+            resource, named = cells[1].split(" ")[0], "(resourceNames" in cells[1]
+            rows.append((group, resource, tuple(v.strip() for v in cells[2].split(",")), cells[3], named))
+    table = [(r.group, r.resource, r.verbs, r.scope, r.named) for r in rbac.PERMISSIONS]
+    assert sorted(rows) == sorted(table)
