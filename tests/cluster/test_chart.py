@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +36,6 @@ RESTRICTED = {
 @pytest.fixture
 def helm(tmp_path: Path) -> Helm:
     return Helm(build.build()["helm"], tmp_path / "helm")
-
-
-@pytest.fixture
-def installer(control_plane, tmp_path: Path) -> Helm:
-    return Helm(control_plane.binaries["helm"], tmp_path / "helm", control_plane.kubeconfig)
-
-
-@pytest.fixture
-def second_namespace(core: client.CoreV1Api) -> Iterator[str]:
-    name = f"team-b-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
 
 
 def rules(role: dict[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]]]:
@@ -135,12 +121,12 @@ def test_rendered_rbac_is_the_permission_table(helm: Helm, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
 def test_every_rendered_object_passes_a_server_side_dry_run(
-    helm: Helm, api_client, core, namespace: str, second_namespace: str, mode: str
+    helm: Helm, api_client, core, namespace: str, other_namespace: str, mode: str
 ) -> None:
     values: dict[str, Any] = {}
     if mode == "namespaced":
         crds.install(api_client, [build.servicemonitor_crd_path()])
-        values = {"watchNamespaces": [namespace, second_namespace], **NAMESPACED_WITH_MONITOR}
+        values = {"watchNamespaces": [namespace, other_namespace], **NAMESPACED_WITH_MONITOR}
     objects = helm.template(f"dry-{secrets.token_hex(2)}", namespace, values)
     kinds = sorted({o["kind"] for o in objects})
     expected = {"ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role"}
@@ -202,7 +188,7 @@ def _next_chart_version(tmp: Path) -> Path:
 
 
 def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
-    installer: Helm, api_client, core, namespace: str, hyperpod_nodes, tmp_path: Path
+    cluster_helm: Helm, api_client, core, namespace: str, hyperpod_nodes, tmp_path: Path
 ) -> None:
     hyperpod_nodes.cpu()  # a kwok node for the operator pod; kwok reports it Ready (no container really runs)
     core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
@@ -210,7 +196,7 @@ def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
     release = "mmrl-operator"
     _remove_cluster_objects(api_client)
     try:
-        installer.run("install", release, CHART, "-n", namespace)
+        cluster_helm.run("install", release, CHART, "-n", namespace)
         crds.wait_established(api_client, [c.CRD_NAME])
         assert _crd(api_client)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
@@ -223,22 +209,22 @@ def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
         (pod,) = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=mmrl-operator").items
         assert pod.spec.security_context.run_as_non_root and pod.spec.service_account_name == release
 
-        installer.run("upgrade", release, _next_chart_version(tmp_path), "-n", namespace)
+        cluster_helm.run("upgrade", release, _next_chart_version(tmp_path), "-n", namespace)
         version = _crd(api_client)["spec"]["versions"][0]
         assert "upgraded" in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
         assert version["additionalPrinterColumns"][-1]["name"] == "Upgraded"
 
-        installer.run("upgrade", release, CHART, "-n", namespace)
+        cluster_helm.run("upgrade", release, CHART, "-n", namespace)
         version = _crd(api_client)["spec"]["versions"][0]
         assert "upgraded" not in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
 
-        installer.run("uninstall", release, "-n", namespace, "--wait")
+        cluster_helm.run("uninstall", release, "-n", namespace, "--wait")
         assert _crd(api_client)["metadata"]["name"] == c.CRD_NAME  # kept: uninstalling must not delete every job
         with pytest.raises(client.exceptions.ApiException):
             client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
         assert not apps.list_namespaced_deployment(namespace).items
     finally:
         # Leave the CRD and the policy as the session's other tests expect them.
-        installer.run("uninstall", release, "-n", namespace, check=False)
+        cluster_helm.run("uninstall", release, "-n", namespace, check=False)
         install_mmrl_crd(api_client)
         install_trainer_status_policy(api_client)

@@ -55,19 +55,6 @@ def audited_namespace(core: client.CoreV1Api) -> str:
     return AUDITED_NAMESPACE
 
 
-@pytest.fixture
-def helm(control_plane, tmp_path: Path) -> Helm:
-    return Helm(control_plane.binaries["helm"], tmp_path / "helm", control_plane.kubeconfig)
-
-
-@pytest.fixture
-def other_namespace(core: client.CoreV1Api) -> Iterator[str]:
-    name = f"not-watched-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
-
-
 class ChartIdentity:
     """The chart's RBAC objects applied to the cluster, and a client authenticated as its ServiceAccount."""
 
@@ -97,9 +84,11 @@ class ChartIdentity:
 
 
 @pytest.fixture
-def chart_identity(api_client, helm, audited_namespace, namespace, tmp_path, request) -> Iterator[ChartIdentity]:
+def chart_identity(
+    api_client, cluster_helm, audited_namespace, namespace, tmp_path, request
+) -> Iterator[ChartIdentity]:
     watch = [namespace] if request.param == "namespaced" else []
-    identity = ChartIdentity(api_client, helm, audited_namespace, watch, tmp_path)
+    identity = ChartIdentity(api_client, cluster_helm, audited_namespace, watch, tmp_path)
     yield identity
     identity.delete()
 
