@@ -18,7 +18,7 @@ VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
 
-.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check lint fmt bins up down demo bench clean-cache
+.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,12 @@ crds: setup ## regenerate crds/ and the chart's CRD, RBAC and policy templates f
 crds-check: setup ## fail when crds/ or a generated chart template differs from what the code generates
 	$(VPY) -m mmrl_operator.crd --check crds/
 	$(VPY) -m mmrl_operator.chart --check charts/mmrl-operator
+
+HELM = $(shell $(VPY) -c 'from mmrl_local import build; print(build.build(verbose=False)["helm"])')
+
+chart: bins crds-check ## helm lint --strict the chart and package it into dist/
+	$(HELM) lint --strict charts/mmrl-operator
+	$(HELM) package charts/mmrl-operator -d dist/
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check .
