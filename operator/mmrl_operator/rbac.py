@@ -13,7 +13,8 @@ Scopes say where a rule is granted:
 - `own`: the operator's own namespace (its leader-election Lease), a Role there; `named` rules are limited to
   the Lease's name with resourceNames.
 
-No wildcards, no Secrets, nodes read-only: the tests hold the table to that.
+No wildcards, no Secrets, nodes read-only: the tests hold the table to that. `mmrl status` (status_cli.py) is not
+the operator: it runs with the credentials of whoever types it.
 """
 
 from __future__ import annotations

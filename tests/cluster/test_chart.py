@@ -97,6 +97,15 @@ def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: 
     assert not of_kind(objects, "ServiceMonitor")
 
 
+def test_crd_is_installed_and_kept_by_default_and_both_can_be_switched_off(helm: Helm) -> None:
+    (crd,) = of_kind(helm.template("mmrl", "mmrl-system"), "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["spec"] == build_crd()["spec"]  # the very CRD crds/ holds, from the same models
+    (unkept,) = of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"keep": False}}), "CustomResourceDefinition")
+    assert "annotations" not in unkept["metadata"]
+    assert not of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"enabled": False}}), "CustomResourceDefinition")
+
+
 @pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
 def test_rendered_rbac_is_the_permission_table(helm: Helm, mode: str) -> None:
     watch = ["team-a", "team-b"] if mode == "namespaced" else []
