@@ -18,7 +18,7 @@ VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
 
-.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check lint fmt bins up down demo bench clean-cache
+.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -44,11 +44,19 @@ lock: ## re-resolve requirements.lock from pyproject.toml
 bins: setup ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
 	$(VPY) -m mmrl_local build
 
-crds: setup ## regenerate crds/ from the pydantic models
+crds: setup ## regenerate crds/ and the chart's CRD, RBAC and policy templates from the code
 	$(VPY) -m mmrl_operator.crd --out crds/
+	$(VPY) -m mmrl_operator.chart --out charts/mmrl-operator
 
-crds-check: setup ## fail when crds/ differs from what the models generate
+crds-check: setup ## fail when crds/ or a generated chart template differs from what the code generates
 	$(VPY) -m mmrl_operator.crd --check crds/
+	$(VPY) -m mmrl_operator.chart --check charts/mmrl-operator
+
+HELM = $(shell $(VPY) -c 'from mmrl_local import build; print(build.build(verbose=False)["helm"])')
+
+chart: bins crds-check ## helm lint --strict the chart and package it into dist/
+	$(HELM) lint --strict charts/mmrl-operator
+	$(HELM) package charts/mmrl-operator -d dist/
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The mmrl operator image: the kopf controller that turns MultimodalRLJobs into RayClusters, RayJobs and vLLM
 # servers. Prometheus metrics on :9090, kopf's liveness endpoint on :8080/healthz.
-# Build from the repository root: docker build -f docker/operator.Dockerfile -t mmrl/operator:0.1.0 .
+# Build from the repository root (the chart's default image; the tag is the chart's appVersion):
+#   docker build -f docker/operator.Dockerfile -t ghcr.io/mmrl-dev/mmrl-operator:0.1.0 .
 FROM python:3.12.16-slim-bookworm
 
 ENV PYTHONUNBUFFERED=1 \

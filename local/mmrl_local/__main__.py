@@ -40,6 +40,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     crd_dir = build.kuberay_crd_dir()
     print(f"binaries: {bins.dir}")
     print(f"kuberay CRDs: {crd_dir} ({build.KUBERAY_MODULE}@{build.KUBERAY_VERSION})")
+    print(f"ServiceMonitor CRD (chart tests): {build.servicemonitor_crd_path()}")
     return 0
 
 

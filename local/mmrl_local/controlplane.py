@@ -24,6 +24,18 @@ from kubernetes import client, config
 from mmrl_local import build, certs, crds, procs
 
 SERVICE_CIDR = "10.0.0.0/24"
+# Requests of the service accounts in this namespace are written to the audit log (``ControlPlane.audit_log``):
+# RBAC tests run the operator there under its chart's ServiceAccount and read back every request it made.
+AUDITED_NAMESPACE = "mmrl-audited"
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{AUDITED_NAMESPACE}"]},
+        {"level": "None"},
+    ],
+}
 POD_CIDR = "10.244.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # user -> organization of the client certificates; each component gets the identity RBAC bootstraps for it.
@@ -70,6 +82,7 @@ class ControlPlane:
         self._own_workdir = self.workdir is None
         self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="mmrl-cp-"))
         self.kubeconfig = self.workdir / "kubeconfig"
+        self.audit_log = self.workdir / "audit.log"
         self.etcd_port = free_port()
         self.api_port = free_port()
         self.server = f"https://127.0.0.1:{self.api_port}"
@@ -170,6 +183,8 @@ class ControlPlane:
 
     def _apiserver_args(self) -> list[str]:
         pki = self.pki
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         return [
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             f"--secure-port={self.api_port}",
@@ -181,6 +196,11 @@ class ControlPlane:
             f"--client-ca-file={pki.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC",
+            # As on clusters that enable it: setting blockOwnerDeletion needs `update` on the owner's finalizers,
+            # so the operator's RBAC is tested against the stricter rule.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",

@@ -21,7 +21,7 @@ class Facts:
     reason: str
     cluster_ready: bool | None  # None: no cluster exists
     training: bool
-    degraded_message: str | None
+    node_faults_message: str | None
     pod_problem: tuple[str, str] | None = None  # (reason, message) of a Ray pod that cannot start
     stalled: tuple[str, str] | None = None  # (reason, message) when the operator cannot make progress
     spec_change_pending: str | None = None  # why a spec change waits for the running attempt to end
@@ -36,11 +36,12 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         _stalled(facts),
         _cluster_ready(facts),
         ("Training", facts.training, "AttemptRunning" if facts.training else p, facts.message),
+        # Not "Degraded": Argo CD and kstatus read that as "the job is unhealthy", but training carries on.
         (
-            "Degraded",
-            facts.degraded_message is not None,
-            "NodeFault" if facts.degraded_message else "NoFaults",
-            facts.degraded_message or "no node faults on this job's nodes",
+            "NodeFaults",
+            facts.node_faults_message is not None,
+            "NodeFault" if facts.node_faults_message else "NoFaults",
+            facts.node_faults_message or "no node faults on this job's nodes",
         ),
         ("Complete", p == "Succeeded", p, facts.message),
         ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),

@@ -21,7 +21,7 @@ from mmrl_operator import metrics
 from mmrl_operator.builders import inference
 from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
 from mmrl_operator.health import node_verdict
-from mmrl_operator.kube import ApplyRejected, Kube
+from mmrl_operator.kube import ApplyRejected, JobGone, Kube
 from mmrl_operator.names import attempt_of, inference_name, raycluster_name
 from mmrl_operator.observed import Observed, PodInfo, ServingObserved, adapter_check_failure, pod_problem
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
@@ -173,7 +173,11 @@ def reconcile(
     if patch:
         # Only onto the object this pass decided from: a concurrent write (another replica, an old process)
         # raises StatusConflict and the queue runs the pass again at once from a fresh read.
-        kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
+        try:
+            kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
+        except JobGone:
+            log.info("job %s/%s was deleted during the pass; its children go with it", namespace, name)
+            return None
         metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     log.info(

@@ -8,7 +8,6 @@ with `cel(...)` are kept. `python -m mmrl_operator.crd --out crds/` writes it; `
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from mmrl_api import constants as c
 from mmrl_api.base import CEL_KEY
 from mmrl_api.job import ROOT_RULES, JobSpec
 from mmrl_api.status import JobStatus
+from mmrl_operator.generated import generator_main
 
 KEEP = {
     "type",
@@ -244,23 +244,7 @@ def crd_path(directory: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--out", type=Path, help="write the CRD into this directory")
-    group.add_argument("--check", type=Path, help="fail if the CRD in this directory is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        crd_path(args.out).write_text(text)
-        print(f"wrote {crd_path(args.out)} ({len(text.encode())} bytes)")
-        return 0
-    target = crd_path(args.check)
-    if not target.exists() or target.read_text() != text:
-        print(f"{target} is stale: run `make crds` and commit the result", file=sys.stderr)
-        return 1
-    print(f"{target} is up to date")
-    return 0
+    return generator_main(__doc__.splitlines()[0], lambda: {crd_path(Path()).name: render()}, argv)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,15 @@ from mmrl_operator.workqueue import Key, WorkQueue
 
 log = logging.getLogger("mmrl.handlers")
 
+# The custom resources the handlers below watch. kopf runs without observing CRDs (see _startup), so run.py waits
+# until the apiserver serves these before kopf starts.
+JOB_RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
+CHILD_RESOURCES = (
+    (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
+    (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
+    ("apps", "v1", "deployments"),  # the inference Deployment: roll-outs and availability
+)
+
 
 @dataclass
 class Runtime:
@@ -101,6 +110,10 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.posting.enabled = False  # our own Events carry reasons; kopf's would duplicate them
+    # kopf's "restricted mode": no watch on CRDs and no list of namespaces, which would take cluster-wide reads
+    # (customresourcedefinitions; namespaces when it watches only some) that nothing else needs. It watches the
+    # given namespaces, or the whole cluster, for the resources served at start (run.py waits for ours).
+    settings.scanning.disabled = True
     RUNTIME.prime()
     if RUNTIME.elector:
         RUNTIME.elector.start()
@@ -131,7 +144,7 @@ def job_fingerprint(body: Any) -> str:
     return hashlib.sha1(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
 
 
-@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+@kopf.on.event(*JOB_RESOURCE)
 def _job_event(type: str | None, name: str, namespace: str, body: kopf.Body, **_: Any) -> None:
     assert RUNTIME is not None
     key = (namespace, name)
@@ -153,12 +166,7 @@ def _child_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     RUNTIME.queue.add((namespace, labels[c.LABEL_JOB]))
 
 
-CHILD_KINDS = (
-    (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
-    (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
-    ("apps", "v1", "deployments"),  # the inference Deployment: roll-outs and availability
-)
-for _group, _version, _plural in CHILD_KINDS:
+for _group, _version, _plural in CHILD_RESOURCES:
     kopf.on.event(_group, _version, _plural, labels={c.LABEL_JOB: kopf.PRESENT}, id=f"child-{_plural}")(_child_event)
 
 

@@ -1,9 +1,9 @@
 """Node health as mmrl sees it: HyperPod's labels, taint and conditions (or plain Kubernetes signals) → a verdict.
 
 The verdict answers two questions for a training job whose pods run on the node: is something wrong (report it,
-`Degraded`), and must the running attempt stop now (the node is going away or its pods are already lost) rather
-than wait for NCCL collectives to time out. A deep health check in progress or a fault label alone degrades but
-does not stop: HyperPod escalates to PendingReboot/PendingReplacement when the node really has to go.
+condition `NodeFaults`), and must the running attempt stop now (the node is going away or its pods are already
+lost) rather than wait for NCCL collectives to time out. A deep health check in progress or a fault label alone
+degrades but does not stop: HyperPod escalates to PendingReboot/PendingReplacement when the node really has to go.
 """
 
 from __future__ import annotations

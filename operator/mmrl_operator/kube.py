@@ -1,7 +1,8 @@
 """Kubernetes API access: server-side apply under one field manager, idempotent deletes, events, status.
 
 Everything the controller does to the cluster goes through `Kube`, so tests can count API calls and a fault
-injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`).
+injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`). Each call first checks that
+`rbac.PERMISSIONS` (the source of the chart's RBAC) declares it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from mmrl_api import constants as c
+from mmrl_operator.rbac import CORE, require
 from mmrl_operator.service_proxy import proxy_json
 
 log = logging.getLogger("mmrl.kube")
@@ -26,6 +28,10 @@ log = logging.getLogger("mmrl.kube")
 
 class StatusConflict(Exception):
     """The job changed between our read and our status write; the pass must be decided again from a fresh read."""
+
+
+class JobGone(Exception):
+    """The job was deleted between our read and our status write: nothing is left to reconcile."""
 
 
 class ApplyRejected(Exception):
@@ -63,8 +69,10 @@ class Kube:
         crash = os.environ.get("MMRL_CRASH_AFTER_WRITES")
         self._crash_after = int(crash) if crash else None
 
-    def _resource(self, api_version: str, kind: str):  # type: ignore[no-untyped-def]
-        return self.dyn.resources.get(api_version=api_version, kind=kind)
+    def _resource(self, api_version: str, kind: str, *verbs: str):  # type: ignore[no-untyped-def]
+        resource = self.dyn.resources.get(api_version=api_version, kind=kind)
+        require(resource.group, resource.name, *verbs)
+        return resource
 
     def _wrote(self) -> None:
         self.writes += 1
@@ -75,6 +83,7 @@ class Kube:
     # --- reads ---------------------------------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls += 1
+        require(c.GROUP, c.PLURAL, "get")
         try:
             return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
         except ApiException as exc:
@@ -84,15 +93,19 @@ class Kube:
 
     def list_owned(self, api_version: str, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
         self.calls += 1
-        result = self._resource(api_version, kind).get(namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}")
+        result = self._resource(api_version, kind, "list").get(
+            namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}"
+        )
         return [item.to_dict() for item in result.items]
 
     def list_nodes(self) -> list[dict[str, Any]]:
         self.calls += 1
+        require(CORE, "nodes", "list")
         return self.api_client.sanitize_for_serialization(self.core.list_node()).get("items") or []
 
     def list_job_pods(self, namespaces: list[str] | None = None) -> list[dict[str, Any]]:
         """Pods of every job (label mmrl.dev/job), in the watched namespaces or cluster-wide."""
+        require(CORE, "pods", "list")
         found = []
         for ns in namespaces or [None]:
             self.calls += 1
@@ -105,6 +118,7 @@ class Kube:
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         self.calls += 1
+        require(CORE, "nodes", "get")
         try:
             return self.api_client.sanitize_for_serialization(self.core.read_node(name))
         except ApiException as exc:
@@ -115,15 +129,27 @@ class Kube:
     def service_get_json(self, namespace: str, service: str, port: int, path: str, timeout: float = 5.0) -> Any:
         """GET `path` from a Service through the apiserver's service proxy (works from inside and outside the
         cluster, needs `get services/proxy`); the JSON body, or an exception when it does not answer."""
+        require(CORE, "services/proxy", "get")
         self.calls += 1
         return proxy_json(self.api_client, "GET", namespace, service, port, path, timeout=timeout)
+
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the apiserver serves the resource now (discovery: every authenticated client may read it)."""
+        self.calls += 1
+        try:
+            found = self.custom.get_api_resources(group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.name == plural for r in found.resources)
 
     # --- writes --------------------------------------------------------------------------------------------
     def apply(self, obj: dict[str, Any]) -> None:
         self.calls += 1
         meta = obj["metadata"]
         try:
-            self._resource(obj["apiVersion"], obj["kind"]).server_side_apply(
+            self._resource(obj["apiVersion"], obj["kind"], "create", "patch").server_side_apply(
                 body=obj,
                 name=meta["name"],
                 namespace=meta.get("namespace"),
@@ -143,7 +169,7 @@ class Kube:
         if grace is not None:
             body["gracePeriodSeconds"] = grace
         try:
-            self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+            self._resource(api_version, kind, "delete").delete(name=name, namespace=namespace, body=body)
         except NotFoundError:
             return False
         self._wrote()
@@ -155,6 +181,7 @@ class Kube:
         """Merge-patch the status under our field manager. With `resource_version` the apiserver applies it only
         to the object the decision was made from (409 Conflict otherwise, raised as StatusConflict)."""
         self.calls += 1
+        require(c.GROUP, f"{c.PLURAL}/status", "patch")
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
@@ -172,12 +199,15 @@ class Kube:
         except ApiException as exc:
             if exc.status == 409:
                 raise StatusConflict(f"{namespace}/{name} changed since it was read") from exc
+            if exc.status == 404:
+                raise JobGone(f"{namespace}/{name} was deleted since it was read") from exc
             raise
         self._wrote()
 
     def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event on the job (best effort: an event must never fail a reconcile)."""
         self.calls += 1
+        require(CORE, "events", "create")
         meta = job["metadata"]
         now = datetime.now(UTC)
         digest = hashlib.sha1(f"{reason}{message}{now.isoformat()}".encode()).hexdigest()[:10]

@@ -17,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from mmrl_operator.rbac import COORDINATION, require
+
 log = logging.getLogger("mmrl.leader")
 
 
@@ -71,12 +73,14 @@ class LeaderElector:
             "leaseDurationSeconds": self.lease_seconds,
             "renewTime": _fmt(now),
         }
+        require(COORDINATION, "leases", "get")
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             body = {"metadata": {"name": self.name}, "spec": {**spec, "acquireTime": _fmt(now), "leaseTransitions": 0}}
+            require(COORDINATION, "leases", "create")
             try:
                 self.api.create_namespaced_lease(self.namespace, body)
             except ApiException as exc2:
@@ -95,6 +99,7 @@ class LeaderElector:
             spec["leaseTransitions"] = (lease.spec.lease_transitions or 0) + 1
             log.info("taking over leadership", extra={"identity": self.identity, "previous": holder})
         body = {"metadata": {"name": self.name, "resourceVersion": lease.metadata.resource_version}, "spec": spec}
+        require(COORDINATION, "leases", "update")
         try:
             self.api.replace_namespaced_lease(self.name, self.namespace, body)
         except ApiException as exc:

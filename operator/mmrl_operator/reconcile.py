@@ -512,7 +512,7 @@ class _Decider:
             reason=self.reason or self.status.phase,
             cluster_ready=self.cluster_ready() if self.status.phase != "Suspended" else None,
             training=training,
-            degraded_message=f"node faults: {degraded}" if degraded else None,
+            node_faults_message=f"node faults: {degraded}" if degraded else None,
             pod_problem=(
                 ("QueuedByKueue", "Kueue holds the RayCluster (spec.suspend) until it admits it")
                 if queued_by_kueue(self.obs.raycluster)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 
 import kopf
 from prometheus_client import start_http_server
@@ -14,6 +15,21 @@ from mmrl_operator.kube import Kube
 from mmrl_operator.leader import LeaderElector
 from mmrl_operator.workqueue import WorkQueue
 
+log = logging.getLogger("mmrl.run")
+
+
+def wait_until_served(kube: Kube, resources: list[tuple[str, str, str]], interval: float = 2.0) -> None:
+    """Block until the apiserver serves every custom resource the handlers watch: kopf looks for them only once,
+    at start. Until then the liveness endpoint is down, so a cluster without the CRDs (or KubeRay) restarts the
+    pod with this message in its log rather than running an operator that watches nothing."""
+    waited = 0.0
+    while missing := [r for r in resources if not kube.serves(*r)]:
+        if waited % 30 < interval:
+            names = ", ".join(f"{plural}.{group}/{version}" for group, version, plural in missing)
+            log.warning("waiting for the apiserver to serve %s (are the mmrl CRD and KubeRay installed?)", names)
+        time.sleep(interval)
+        waited += interval
+
 
 def run_operator(args: argparse.Namespace) -> int:
     kopf.configure(verbose=False)  # kopf's own log format for every logger
@@ -21,6 +37,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # kopf logs every successful event handler at INFO; ours are one-line enqueues, so only problems matter.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kube = Kube()
+    wait_until_served(kube, [handlers.JOB_RESOURCE, *handlers.CHILD_RESOURCES])
     elector = None
     if not args.standalone:
         lease_ns = os.environ.get("POD_NAMESPACE", "default")

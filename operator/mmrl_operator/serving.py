@@ -81,7 +81,7 @@ def adapter_listed(models: list[dict[str, Any]] | None, name: str, base: str) ->
     return any(m.get("id") == name and m.get("parent") in (base, None) for m in models or [])
 
 
-def _remove(job: MultimodalRLJob, obs: ServingObserved) -> list[tuple[str, str, str]]:
+def children_to_remove(job: MultimodalRLJob, obs: ServingObserved) -> list[tuple[str, str, str]]:
     name = inference_name(job.name)
     out = []
     if obs.deployment is not None:
@@ -96,7 +96,7 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
     inf = job.spec.inference
     done = status.message or "training finished"
     if not inf.enabled:
-        d = ServingDecision("Succeeded", done, "Succeeded", delete=_remove(job, obs))
+        d = ServingDecision("Succeeded", done, "Succeeded", delete=children_to_remove(job, obs))
         d.ready = (False, "Disabled", "spec.inference.enabled is false")
         return d
     adapter, reported = adapter_of(job, status)
@@ -104,7 +104,7 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
     if broken or obs.check_failure:
         why = "; ".join(str(v) for v in broken) or obs.check_failure or ""
         msg = f"the adapter at {adapter.path} cannot be served by vLLM: {why}"
-        d = ServingDecision("Failed", msg, "InvalidAdapter", delete=_remove(job, obs))
+        d = ServingDecision("Failed", msg, "InvalidAdapter", delete=children_to_remove(job, obs))
         d.events.append(("Warning", "InvalidAdapter", msg))
         d.ready = (False, "InvalidAdapter", msg)
         return d

@@ -155,7 +155,7 @@ def test_degrading_signals_report_but_do_not_stop_training(jobs, operator, kuber
                 }
             },
         )
-    wait_until(lambda: jobs.condition("geo", "Degraded") == "True", 30, what="Degraded")
+    wait_until(lambda: jobs.condition("geo", "NodeFaults") == "True", 30, what="NodeFaults")
     assert node in jobs.status("geo")["degradedNodes"] and "NodeFault" in jobs.events("geo")
     assert jobs.status("geo")["phase"] == "Running" and jobs.ray_names("rayjobs") == ["geo-a1"]
     core.patch_node(
@@ -165,7 +165,7 @@ def test_degrading_signals_report_but_do_not_stop_training(jobs, operator, kuber
             "spec": {"taints": None},
         },
     )
-    wait_until(lambda: jobs.condition("geo", "Degraded") == "False", 30, what="Degraded cleared")
+    wait_until(lambda: jobs.condition("geo", "NodeFaults") == "False", 30, what="NodeFaults cleared")
 
 
 def test_no_first_heartbeat_within_the_startup_timeout_restarts_the_attempt(jobs, operator, kuberay, hyperpod_nodes):

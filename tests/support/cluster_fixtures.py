@@ -20,6 +20,7 @@ from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.kuberay_standin import KubeRayStandIn
+from tests.support.chart import Helm
 from tests.support.operator import Jobs, OperatorProcess
 from tests.support.polling import wait_until
 
@@ -175,3 +176,21 @@ def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> I
 def nodes_ready(hyperpod_nodes) -> list[str]:
     hyperpod_nodes.cpu()
     return hyperpod_nodes.gpu(2)
+
+
+# --- the Helm chart ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster_helm(control_plane: ControlPlane, tmp_path: Path) -> Helm:
+    """helm against the control plane, with throwaway homes."""
+    return Helm(control_plane.binaries["helm"], tmp_path / "helm", control_plane.kubeconfig)
+
+
+@pytest.fixture
+def other_namespace(core: client.CoreV1Api) -> Iterator[str]:
+    """A second namespace, for what must (not) reach beyond the test's own."""
+    name = f"other-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)

@@ -122,7 +122,7 @@ def test_node_pending_replacement_stops_attempt_and_charges_infra() -> None:
     plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=pods, nodes=bad), T0)
     assert [(d.kind, d.name) for d in plan.delete] == [("Pod", "geo-worker-1"), ("RayJob", "geo-a1")]
     assert plan.status["restarts"] == {"infra": 1} and plan.status["attempts"][0]["node"] == "hyperpod-i-1"
-    assert any(e.reason == "NodeFault" for e in plan.events) and cond(plan, "Degraded") == "True"
+    assert any(e.reason == "NodeFault" for e in plan.events) and cond(plan, "NodeFaults") == "True"
 
 
 def test_degraded_node_marks_attempt_so_its_failure_counts_as_infra() -> None:

@@ -298,7 +298,7 @@ def test_each_image_holds_only_its_own_package_and_the_shared_api(dockerfile: Pa
         "COPY . /opt/mmrl/",
         "COPY trainer/ /opt/mmrl/trainer/",
         "COPY trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/",
-        "COPY trainer/mmrl_trainer/contract.py /opt/mmrl/mmrl_trainer/",
+        "COPY api/mmrl_api/contract.py /opt/mmrl/mmrl_trainer/",
         "COPY local/mmrl_local/ /opt/mmrl/mmrl_local/",
     ],
     ids=["context", "trainer-dir", "trainer-package", "trainer-module", "local"],

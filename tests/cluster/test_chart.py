@@ -1,0 +1,239 @@
+"""The Helm chart against the real tools and the real apiserver: `helm lint --strict`, every object `helm template`
+renders (cluster-wide and namespaced) accepted by a server-side dry run, the operator's pod admitted under the
+`restricted` Pod Security Standard, and `helm install` / `upgrade` / `uninstall` on the local control plane."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from mmrl_api import constants as c
+from mmrl_local import build, crds
+from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_operator import chart, rbac
+from mmrl_operator.crd import build_crd
+from mmrl_operator.policy import POLICY_NAME
+from tests.support.chart import CHART, Helm, apply_objects, of_kind
+from tests.support.operator import wait_until
+
+pytestmark = pytest.mark.cluster
+
+DEFAULT: dict[str, Any] = {}
+NAMESPACED_WITH_MONITOR = {"metrics": {"serviceMonitor": {"enabled": True}}}
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+@pytest.fixture
+def helm(tmp_path: Path) -> Helm:
+    return Helm(build.build()["helm"], tmp_path / "helm")
+
+
+def rules(role: dict[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {
+        (group, resource, verb, tuple(rule.get("resourceNames") or ()))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def table(scope: rbac.Scope, lease: str) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {(r.group, r.resource, verb, (lease,) if r.named else ()) for r in rbac.rules_for(scope) for verb in r.verbs}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [DEFAULT, {"watchNamespaces": ["team-a", "team-b"], **NAMESPACED_WITH_MONITOR}],
+    ids=["default", "namespaced"],
+)
+def test_helm_lint_strict_passes(helm: Helm, values: dict[str, Any]) -> None:
+    result = helm.run("lint", "--strict", CHART, "-f", helm.values_file(values))
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_values_schema_rejects_a_misspelt_value(helm: Helm) -> None:
+    result = helm.run("template", "x", CHART, "-f", helm.values_file({"watchNamespace": ["team-a"]}), check=False)
+    assert result.returncode != 0 and "watchNamespace" in result.stderr
+
+
+def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: Helm) -> None:
+    objects = helm.template("mmrl", "mmrl-system", {"watchNamespaces": ["team-a"]})
+    (deployment,) = of_kind(objects, "Deployment")
+    spec = deployment["spec"]
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"ghcr.io/mmrl-dev/mmrl-operator:{app_version}"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"] is True
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    args = container["args"]
+    assert f"--liveness=http://0.0.0.0:{ports['health']}/healthz" in args
+    assert f"--metrics-port={ports['metrics']}" in args
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert "--namespace=team-a" in args and "--standalone" not in args
+    (leader_role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["namespace"] == "mmrl-system"]
+    lease = next(r["resourceNames"][0] for r in leader_role["rules"] if r.get("resourceNames"))
+    assert f"--peering={lease}" in args
+    assert {e["name"] for e in container["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
+    (service,) = of_kind(objects, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert not of_kind(objects, "ServiceMonitor")
+
+
+def test_crd_is_installed_and_kept_by_default_and_both_can_be_switched_off(helm: Helm) -> None:
+    (crd,) = of_kind(helm.template("mmrl", "mmrl-system"), "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["spec"] == build_crd()["spec"]  # the very CRD crds/ holds, from the same models
+    (unkept,) = of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"keep": False}}), "CustomResourceDefinition")
+    assert "annotations" not in unkept["metadata"]
+    assert not of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"enabled": False}}), "CustomResourceDefinition")
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_rendered_rbac_is_the_permission_table(helm: Helm, mode: str) -> None:
+    watch = ["team-a", "team-b"] if mode == "namespaced" else []
+    objects = helm.template("mmrl", "mmrl-system", {"watchNamespaces": watch})
+    (cluster_role,) = of_kind(objects, "ClusterRole")
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
+    lease = next(r["resourceNames"][0] for r in roles["mmrl-system"]["rules"] if r.get("resourceNames"))
+    if watch:
+        assert rules(cluster_role) == table("cluster", lease)
+        assert set(roles) == {"mmrl-system", *watch}
+        for ns in watch:
+            assert rules(roles[ns]) == table("watched", lease)
+    else:
+        assert rules(cluster_role) == table("cluster", lease) | table("watched", lease)
+        assert set(roles) == {"mmrl-system"}
+    assert rules(roles["mmrl-system"]) == table("own", lease)
+    bindings = of_kind(objects, "ClusterRoleBinding", "RoleBinding")
+    assert len(bindings) == 1 + len(roles)
+    (account,) = of_kind(objects, "ServiceAccount")
+    assert {s["name"] for b in bindings for s in b["subjects"]} == {account["metadata"]["name"]}
+
+
+@pytest.mark.parametrize("mode", ["cluster-wide", "namespaced"])
+def test_every_rendered_object_passes_a_server_side_dry_run(
+    helm: Helm, api_client, core, namespace: str, other_namespace: str, mode: str
+) -> None:
+    values: dict[str, Any] = {}
+    if mode == "namespaced":
+        crds.install(api_client, [build.servicemonitor_crd_path()])
+        values = {"watchNamespaces": [namespace, other_namespace], **NAMESPACED_WITH_MONITOR}
+    objects = helm.template(f"dry-{secrets.token_hex(2)}", namespace, values)
+    kinds = sorted({o["kind"] for o in objects})
+    expected = {"ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role"}
+    expected |= {"RoleBinding", "Service", "Deployment", "ValidatingAdmissionPolicy"}
+    assert expected <= set(kinds) and ("ServiceMonitor" in kinds) is (mode == "namespaced")
+    apply_objects(api_client, objects, dry_run=True)  # raises on the first object the apiserver refuses
+    # The restricted Pod Security Standard is enforced on pods (a Deployment only warns): admit the pod itself.
+    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
+    (deployment,) = of_kind(objects, "Deployment")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator-pod", "namespace": namespace}}
+    # The chart's ServiceAccount exists only after a real install; admission would refuse the pod for that alone.
+    pod["spec"] = {**deployment["spec"]["template"]["spec"], "serviceAccountName": "default"}
+    core.create_namespaced_pod(namespace, pod, dry_run="All")
+    insecure = {**pod, "spec": {**pod["spec"], "securityContext": {}}}
+    insecure["spec"]["containers"] = [{**pod["spec"]["containers"][0], "securityContext": {}}]
+    with pytest.raises(client.exceptions.ApiException) as err:
+        core.create_namespaced_pod(namespace, insecure, dry_run="All")
+    assert err.value.status == 403 and "restricted" in err.value.body
+
+
+def _remove_cluster_objects(api: client.ApiClient) -> None:
+    """Start from a cluster without mmrl's CRD and policy, as a first install does."""
+    ext = client.ApiextensionsV1Api(api)
+    admission = client.AdmissionregistrationV1Api(api)
+    with contextlib.suppress(client.exceptions.ApiException):
+        ext.delete_custom_resource_definition(c.CRD_NAME)
+    for delete in (admission.delete_validating_admission_policy, admission.delete_validating_admission_policy_binding):
+        with contextlib.suppress(client.exceptions.ApiException):
+            delete(POLICY_NAME)
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(c.CRD_NAME)
+        except client.exceptions.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone, 60, what="the old CRD to be deleted")
+
+
+def _crd(api: client.ApiClient) -> dict[str, Any]:
+    ext = client.ApiextensionsV1Api(api)
+    return api.sanitize_for_serialization(ext.read_custom_resource_definition(c.CRD_NAME))
+
+
+def _next_chart_version(tmp: Path) -> Path:
+    """A copy of the chart whose CRD gained a spec field and a printer column, as the next release would."""
+    copy = tmp / "mmrl-operator-next"
+    shutil.copytree(CHART, copy)
+    crd = build_crd()
+    version = crd["spec"]["versions"][0]
+    version["additionalPrinterColumns"].append({"name": "Upgraded", "type": "string", "jsonPath": ".spec.upgraded"})
+    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["upgraded"] = {"type": "string"}
+    (copy / "templates" / "crd.yaml").write_text(chart.render_crd(crd))
+    meta = yaml.safe_load((copy / "Chart.yaml").read_text())
+    meta["version"] = "0.1.1-test"
+    (copy / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    return copy
+
+
+def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
+    cluster_helm: Helm, api_client, core, namespace: str, hyperpod_nodes, tmp_path: Path
+) -> None:
+    hyperpod_nodes.cpu()  # a kwok node for the operator pod; kwok reports it Ready (no container really runs)
+    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
+    apps = client.AppsV1Api(api_client)
+    release = "mmrl-operator"
+    _remove_cluster_objects(api_client)
+    try:
+        cluster_helm.run("install", release, CHART, "-n", namespace)
+        crds.wait_established(api_client, [c.CRD_NAME])
+        assert _crd(api_client)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
+
+        def available() -> bool:
+            status = apps.read_namespaced_deployment(release, namespace).status
+            return any(cond.type == "Available" and cond.status == "True" for cond in status.conditions or [])
+
+        wait_until(available, 90, what="the operator Deployment to be Available")
+        (pod,) = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=mmrl-operator").items
+        assert pod.spec.security_context.run_as_non_root and pod.spec.service_account_name == release
+
+        cluster_helm.run("upgrade", release, _next_chart_version(tmp_path), "-n", namespace)
+        version = _crd(api_client)["spec"]["versions"][0]
+        assert "upgraded" in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        assert version["additionalPrinterColumns"][-1]["name"] == "Upgraded"
+
+        cluster_helm.run("upgrade", release, CHART, "-n", namespace)
+        version = _crd(api_client)["spec"]["versions"][0]
+        assert "upgraded" not in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+        cluster_helm.run("uninstall", release, "-n", namespace, "--wait")
+        assert _crd(api_client)["metadata"]["name"] == c.CRD_NAME  # kept: uninstalling must not delete every job
+        with pytest.raises(client.exceptions.ApiException):
+            client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
+        assert not apps.list_namespaced_deployment(namespace).items
+    finally:
+        # Leave the CRD and the policy as the session's other tests expect them.
+        cluster_helm.run("uninstall", release, "-n", namespace, check=False)
+        install_mmrl_crd(api_client)
+        install_trainer_status_policy(api_client)

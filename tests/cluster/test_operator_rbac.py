@@ -1,0 +1,182 @@
+"""The chart's RBAC is enough and no more: the operator, authenticated as the chart's ServiceAccount (a bound token;
+the local apiserver enforces RBAC and OwnerReferencesPermissionEnforcement), runs a job to success and the audit
+log shows no request refused; and the apiserver's own authorizer, asked as that ServiceAccount, allows exactly what
+`rbac.PERMISSIONS` declares, in both install modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from mmrl_local.controlplane import AUDITED_NAMESPACE
+from mmrl_operator.rbac import ALL_VERBS, CORE, PERMISSIONS, RBAC, Rule
+from tests.support.audit import requests_by
+from tests.support.chart import RBAC_KINDS, Helm, apply_objects, client_for, delete_objects, of_kind, token_kubeconfig
+from tests.support.jobspecs import cluster_job
+from tests.support.operator import OperatorProcess, phases_until_done
+
+pytestmark = pytest.mark.cluster
+
+MODES = ("namespaced", "cluster-wide")
+# Resources outside the table that an operator must never reach, checked with every verb.
+FORBIDDEN = (
+    (CORE, "secrets"),
+    (CORE, "pods/exec"),
+    (CORE, "pods/log"),
+    (CORE, "serviceaccounts/token"),
+    (CORE, "namespaces"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    (CORE, "nodes/proxy"),
+    (RBAC, "clusterroles"),
+    (RBAC, "clusterrolebindings"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+)
+
+# Verbs that escalate through a resource rather than act on it.
+EXTRA_VERBS = {
+    "roles": ("bind", "escalate"),
+    "clusterroles": ("bind", "escalate"),
+    "serviceaccounts": ("impersonate",),
+}
+
+
+@pytest.fixture(scope="session")
+def audited_namespace(core: client.CoreV1Api) -> str:
+    """The chart's release namespace in these tests: the apiserver audits its ServiceAccounts' requests."""
+    with contextlib.suppress(client.exceptions.ApiException):
+        core.create_namespace({"metadata": {"name": AUDITED_NAMESPACE}})
+    return AUDITED_NAMESPACE
+
+
+class ChartIdentity:
+    """The chart's RBAC objects applied to the cluster, and a client authenticated as its ServiceAccount."""
+
+    def __init__(self, api: client.ApiClient, helm: Helm, release_ns: str, watch: list[str], tmp: Path) -> None:
+        self.release = f"rbac-{secrets.token_hex(3)}"
+        self.objects = of_kind(helm.template(self.release, release_ns, {"watchNamespaces": watch}), *RBAC_KINDS)
+        self.api, self.namespace, self.watch = api, release_ns, watch
+        (sa,) = of_kind(self.objects, "ServiceAccount")
+        self.service_account = sa["metadata"]["name"]
+        self.username = f"system:serviceaccount:{release_ns}:{self.service_account}"
+        (leader,) = [o for o in of_kind(self.objects, "Role") if o["metadata"]["namespace"] == release_ns]
+        self.lease = next(r["resourceNames"][0] for r in leader["rules"] if r.get("resourceNames"))
+        apply_objects(api, self.objects)
+        self.kubeconfig = token_kubeconfig(api, release_ns, self.service_account, tmp / "operator.kubeconfig")
+        self.authz = client.AuthorizationV1Api(client_for(self.kubeconfig))
+
+    def can(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None = None) -> bool:
+        plural, _, sub = resource.partition("/")
+        attrs = {"verb": verb, "group": group, "resource": plural, "subresource": sub, "namespace": namespace or ""}
+        if name:
+            attrs["name"] = name
+        review = self.authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
+        return bool(review.status.allowed)
+
+    def delete(self) -> None:
+        delete_objects(self.api, self.objects)
+
+
+@pytest.fixture
+def chart_identity(
+    api_client, cluster_helm, audited_namespace, namespace, tmp_path, request
+) -> Iterator[ChartIdentity]:
+    watch = [namespace] if request.param == "namespaced" else []
+    identity = ChartIdentity(api_client, cluster_helm, audited_namespace, watch, tmp_path)
+    yield identity
+    identity.delete()
+
+
+@pytest.mark.parametrize("chart_identity", MODES, indirect=True)
+def test_operator_runs_a_job_to_success_with_only_the_charts_rbac(
+    chart_identity: ChartIdentity, control_plane, jobs, kuberay, nodes_ready, tmp_path
+) -> None:
+    ident = chart_identity
+    env = {"POD_NAMESPACE": ident.namespace, "MMRL_LEASE_NAME": ident.lease}
+    log = tmp_path / "operator.log"
+    with OperatorProcess(ident.kubeconfig, log, standalone=False, namespaces=ident.watch, env=env) as op:
+        kuberay.script("geo-a*", "succeed-after=1")
+        jobs.create(cluster_job("geo"))
+        seen = phases_until_done(jobs, "geo")
+        assert seen[-1] == "Succeeded" and "Running" in seen, seen
+        assert op.metric("mmrl_reconcile_errors_total") == 0
+    made = requests_by(control_plane.audit_log, ident.username)
+    refused = sorted({(r.code, *r.permission, r.namespace) for r in made if r.code in (401, 403)})
+    assert refused == [], f"the apiserver refused the operator: {refused}"
+    # The lifecycle used the chart's grants: reads, watches, applies of every child kind, status and the Lease.
+    used = {r.permission for r in made}  # authorized, whatever the answer (the first Lease read is a 404)
+    for expected in [
+        ("", "nodes", "list"),
+        ("", "pods", "watch"),
+        ("ray.io", "rayclusters", "patch"),
+        ("ray.io", "rayjobs", "watch"),
+        ("mmrl.dev", "multimodalrljobs/status", "patch"),
+        ("rbac.authorization.k8s.io", "roles", "patch"),
+        ("", "events", "create"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+    ]:
+        assert expected in used, f"{expected} not seen among {sorted(used)}"
+
+
+def expected_allowed(
+    rule_set: tuple[Rule, ...],
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str | None,
+    name: str | None,
+    *,
+    release_ns: str,
+    watch: list[str],
+    lease: str,
+) -> bool:
+    """What the table says the chart grants: ClusterRole rules apply everywhere, Role rules in their namespace."""
+    for rule in rule_set:
+        if (rule.group, rule.resource) != (group, resource) or verb not in rule.verbs:
+            continue
+        if rule.named and name != lease:
+            continue
+        if rule.scope == "cluster" or (rule.scope == "watched" and not watch):
+            return True
+        if rule.scope == "watched" and namespace in watch:
+            return True
+        if rule.scope == "own" and namespace == release_ns:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("chart_identity", MODES, indirect=True)
+def test_charts_service_account_is_allowed_exactly_what_the_table_declares(
+    chart_identity: ChartIdentity, namespace: str, other_namespace: str
+) -> None:
+    ident = chart_identity
+    cluster_scoped = {(r.group, r.resource) for r in PERMISSIONS if r.scope == "cluster"}
+    cases = []
+    for group, resource in sorted({(r.group, r.resource) for r in PERMISSIONS} | set(FORBIDDEN)):
+        scoped = [None] if (group, resource) in cluster_scoped else [namespace, other_namespace, ident.namespace, None]
+        names = [None, ident.lease, "someone-elses"] if resource == "leases" else [None]
+        verbs = [*ALL_VERBS, *EXTRA_VERBS.get(resource, ())]
+        cases += [(verb, group, resource, ns, name) for ns in scoped for name in names for verb in verbs]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda case: ident.can(*case), cases))
+    mismatches = []
+    for case, got in zip(cases, answers, strict=True):
+        want = expected_allowed(PERMISSIONS, *case, release_ns=ident.namespace, watch=ident.watch, lease=ident.lease)
+        if got != want:
+            mismatches.append(f"{case}: the apiserver says allowed={got}, the table {want}")
+    assert mismatches == [], "\n".join(mismatches)
+    assert len(cases) > 500 and any(answers)
+    # The headline promises, spelled out.
+    for ns in (namespace, other_namespace, ident.namespace, None):
+        assert not any(ident.can(v, "", "secrets", ns) for v in ALL_VERBS)
+    assert [v for v in ALL_VERBS if ident.can(v, "", "nodes", None)] == ["get", "list", "watch"]
+    assert ident.can("list", "", "pods", namespace)
+    assert ident.can("list", "", "pods", other_namespace) is (not ident.watch)
+    assert not ident.can("escalate", RBAC, "roles", namespace) and not ident.can("bind", RBAC, "roles", namespace)
