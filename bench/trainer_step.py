@@ -1,8 +1,14 @@
-"""Seconds per GRPO step of the local backend on CPU: the tiny Qwen3-VL on the colour task, LoRA rank 8.
+"""CPU step time of the local backend against plain TRL GRPOTrainer, and checkpoint save/load time.
 
-Prints the median per-step time TRL measured (generation + reward + update), its p90, and the wall-clock time of
-the whole run (model load, trainer set-up, steps, adapter export), for a few batch sizes. Usage:
-`python bench/trainer_step.py [--steps 20] [--prompts 4 8] [--samples 4]`.
+The same tiny Qwen3-VL, the same colour task, LoRA rank 8, the same GRPOConfig (built by the local backend's own
+`grpo_kwargs`, so the settings cannot drift) and the same reward; "plain TRL" is GRPOTrainer.train() with none of
+mmrl's callbacks (checkpoint commit, progress reporting) and no adapter export. Step time is what TRL itself
+logs as `step_time` (generation + reward + update). Checkpoint save: from the end of the last step to the end of
+`on_save` (TRL writes the adapter, optimizer, scheduler and RNG state; mmrl then moves it to global_step_N and
+writes the completeness marker). Checkpoint load: how much longer train() takes to reach its first step when it
+resumes from that checkpoint than when it starts fresh.
+
+    python bench/trainer_step.py [--steps 20] [--prompts 4 8] [--samples 4]
 """
 
 from __future__ import annotations
@@ -11,15 +17,119 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "trainer")]  # measure this checkout, not another install
+import common
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MMRL_TORCH_THREADS", "1")
+
+
+def trainer_config(model: Path, prompts: int, samples: int, steps: int, tmp: Path, interval: int = 10**6):  # type: ignore[no-untyped-def]
+    from mmrl_trainer.config import TrainerConfig
+
+    return TrainerConfig.model_validate(
+        {
+            "backend": "local",
+            "job": {"namespace": "bench", "name": "trainer-step"},
+            "model": {"name": str(model)},
+            "lora": {"rank": 8, "alpha": 16},
+            "algorithm": {
+                "samplesPerPrompt": samples,
+                "learningRate": 3e-3,
+                "trainBatchSize": prompts,
+                "miniBatchSize": prompts,
+                "maxSteps": steps,
+                "maxResponseLength": 6,
+            },
+            "dataset": {"train": "synthetic://colors?n=512"},
+            "checkpoint": {"dir": str(tmp / "ckpt"), "interval_steps": interval, "keep": 1},
+            "export_dir": str(tmp / "adapter"),
+            "progress": {"enabled": False},
+        }
+    )
+
+
+def step_stats(step_times: list[float]) -> dict[str, float]:
+    p90 = statistics.quantiles(step_times, n=10)[-1] if len(step_times) > 1 else step_times[0]
+    return {"p50": round(statistics.median(step_times), 4), "p90": round(p90, 4), "steps": len(step_times)}
+
+
+def run_mmrl(cfg) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    from mmrl_trainer.backends import local
+
+    start = time.perf_counter()
+    local.run(cfg, evaluate=False)
+    wall = time.perf_counter() - start
+    records = [json.loads(x) for x in (Path(cfg.checkpoint.dir) / "metrics.jsonl").read_text().splitlines()]
+    times = [r["step_time"] for r in records if r.get("step_time") is not None]
+    return {**step_stats(times), "wall_s": round(wall, 2)}
+
+
+def plain_trl(cfg, output_dir: Path, *, save_at_end: bool = False, resume: str | None = None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """GRPOTrainer exactly as TRL documents it: model, reward function, config, dataset, peft config; nothing else."""
+    import datasets
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerCallback, set_seed
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mmrl_trainer.backends.local import _reward_fn, configure_threads, grpo_kwargs, lora_config
+    from mmrl_trainer.data import load_examples, to_trl_rows
+
+    configure_threads()
+    marks: dict[str, float] = {}
+
+    class Clock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            marks.setdefault("train_begin", time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            marks["last_step_end"] = time.perf_counter()
+
+        def on_save(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            marks["saved"] = time.perf_counter()
+
+    kwargs = grpo_kwargs(cfg, str(output_dir), use_cpu=not torch.cuda.is_available())
+    if save_at_end:
+        kwargs["save_steps"] = cfg.algorithm.max_steps
+    processor = AutoProcessor.from_pretrained(cfg.model.name)
+    model = AutoModelForImageTextToText.from_pretrained(cfg.model.name, dtype=torch.float32)
+    set_seed(cfg.seed)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=_reward_fn(cfg),
+        args=GRPOConfig(**kwargs),
+        train_dataset=datasets.Dataset.from_list(to_trl_rows(load_examples(cfg.dataset.train, cfg.dataset))),
+        processing_class=processor,
+        peft_config=lora_config(cfg),
+        callbacks=[Clock()],
+    )
+    called = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    times = [h["step_time"] for h in trainer.state.log_history if h.get("step_time") is not None]
+    out: dict[str, Any] = {**(step_stats(times) if times else {}), "to_train_begin_s": marks["train_begin"] - called}
+    if "saved" in marks:
+        out["save_s"] = round(marks["saved"] - marks["last_step_end"], 3)
+    return out
+
+
+def checkpoint_times(model: Path, prompts: int, samples: int, steps: int) -> dict[str, float]:
+    """Save at the last of `steps`; then train one more step from it, and a fresh run of one step for the baseline."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "trl"
+        saved = plain_trl(trainer_config(model, prompts, samples, steps, Path(tmp)), out, save_at_end=True)
+        ckpt = next(out.glob("checkpoint-*"))
+        size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+        resumed = plain_trl(trainer_config(model, prompts, samples, steps + 1, Path(tmp)), out, resume=str(ckpt))
+        fresh = plain_trl(trainer_config(model, prompts, samples, 1, Path(tmp)), Path(tmp) / "fresh")
+    return {
+        "save_s": saved["save_s"],
+        "load_s": round(resumed["to_train_begin_s"] - fresh["to_train_begin_s"], 3),
+        "checkpoint_mib": round(size / 2**20, 2),
+    }
 
 
 def main() -> None:
@@ -27,45 +137,33 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--prompts", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=common.RESULTS)
     args = parser.parse_args()
 
-    from mmrl_trainer.backends import local
-    from mmrl_trainer.config import TrainerConfig
     from mmrl_trainer.tiny import build_tiny_vlm
 
+    began = time.monotonic()
     model = build_tiny_vlm()
     print(f"threads={os.environ['MMRL_TORCH_THREADS']} model={model}")
-    print(f"{'prompts':>7} {'samples':>7} {'steps':>5} {'s/step p50':>10} {'s/step p90':>10} {'run wall s':>10}")
+    print(f"{'prompts':>7} {'samples':>7} {'mmrl s/step':>11} {'TRL s/step':>10} {'mmrl run s':>10}")
+    rows = []
     for prompts in args.prompts:
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = TrainerConfig.model_validate(
-                {
-                    "backend": "local",
-                    "job": {"namespace": "bench", "name": "trainer-step"},
-                    "model": {"name": str(model)},
-                    "lora": {"rank": 8, "alpha": 16},
-                    "algorithm": {
-                        "samplesPerPrompt": args.samples,
-                        "learningRate": 3e-3,
-                        "trainBatchSize": prompts,
-                        "miniBatchSize": prompts,
-                        "maxSteps": args.steps,
-                        "maxResponseLength": 6,
-                    },
-                    "dataset": {"train": "synthetic://colors?n=512"},
-                    "checkpoint": {"dir": tmp, "interval_steps": 10**6, "keep": 1},
-                    "export_dir": str(Path(tmp) / "adapter"),
-                    "progress": {"enabled": False},
-                }
-            )
-            start = time.perf_counter()
-            result = local.run(cfg, evaluate=False)
-            wall = time.perf_counter() - start
-            records = [json.loads(x) for x in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-            step_times = [r["step_time"] for r in records if r.get("step_time") is not None]
-            p50 = statistics.median(step_times)
-            p90 = statistics.quantiles(step_times, n=10)[-1] if len(step_times) > 1 else p50
-            print(f"{prompts:>7} {args.samples:>7} {result.final_step:>5} {p50:>10.3f} {p90:>10.3f} {wall:>10.1f}")
+            mmrl = run_mmrl(trainer_config(model, prompts, args.samples, args.steps, Path(tmp)))
+        with tempfile.TemporaryDirectory() as tmp:
+            trl = plain_trl(trainer_config(model, prompts, args.samples, args.steps, Path(tmp)), Path(tmp) / "out")
+        rows.append({"prompts": prompts, "samples": args.samples, "mmrl_local": mmrl, "plain_trl": trl})
+        print(f"{prompts:>7} {args.samples:>7} {mmrl['p50']:>11.3f} {trl['p50']:>10.3f} {mmrl['wall_s']:>10.1f}")
+    ckpt = checkpoint_times(model, args.prompts[0], args.samples, max(2, args.steps // 4))
+    print(f"checkpoint ({ckpt['checkpoint_mib']} MiB): save {ckpt['save_s']:.3f}s, load {ckpt['load_s']:.3f}s")
+    result = {
+        "threads": os.environ["MMRL_TORCH_THREADS"],
+        "steps": args.steps,
+        "rows": rows,
+        "checkpoint": ckpt,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    common.write_result("trainer", result, args.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,170 @@
+"""Chaos: SIGKILL the operator at random moments across many job lifecycles with HyperPod node faults.
+
+J jobs (the tests' HyperPod job, one 8-GPU worker each) run through their whole lifecycle, at most C at once, on the
+KubeRay stand-in in strict mode (KubeRay v1.5's RayJob finalizer and graceful pod termination; it records any
+attempt that starts while the previous one still runs or its pods still terminate). Each attempt succeeds after a
+few seconds unless a node fault stops it first. Meanwhile, at random intervals, the operator is SIGKILLed and
+started again, and the worker node of a random running job is marked UnschedulablePendingReboot (then Schedulable).
+
+Reported: duplicates, which must be 0 — a RayJob or RayCluster name created more than once (a second uid), a
+RayJob the job's status does not record, overlapping attempts seen by the stand-in; jobs converged (Succeeded);
+time to converge per job (created → Succeeded) and after the last kill.
+
+    python bench/chaos.py [--jobs 50] [--concurrent 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+import common
+from mmrl_local import nodes
+from mmrl_local.kuberay_standin import KubeRayStandIn
+from mmrl_local.operator_process import OperatorProcess
+from mmrl_operator import constants as c
+from tests.support.jobspecs import cluster_job
+from tests.support.operator import Jobs
+
+NS = "chaos"
+
+
+class Chaos:
+    """Kills and restarts the operator, and faults nodes, from a thread, until stopped."""
+
+    def __init__(self, op: OperatorProcess, core: client.CoreV1Api, rng: random.Random, kill_every: float) -> None:
+        self.op, self.core, self.rng, self.kill_every = op, core, rng, kill_every
+        self.kills, self.faults, self.last_kill = 0, 0, time.monotonic()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True, name="chaos")
+
+    def run(self) -> None:
+        while not self.stop.wait(self.rng.uniform(0.2, 2 * self.kill_every)):
+            if self.rng.random() < 0.5:
+                self.fault_a_worker_node()
+            self.op.kill()
+            self.kills += 1
+            self.last_kill = time.monotonic()
+            self.stop.wait(self.rng.uniform(0.0, 1.0))
+            self.op.start()
+
+    def fault_a_worker_node(self) -> None:
+        pods = self.core.list_namespaced_pod(NS, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
+        live = [p.spec.node_name for p in pods if p.spec.node_name and p.status.phase == "Running"]
+        if not live:
+            return
+        node = self.rng.choice(live)
+        nodes.set_health(self.core, node, "UnschedulablePendingReboot")
+        self.faults += 1
+        # The reboot ends a little later, as HyperPod's does, whoever is alive to see it.
+        threading.Timer(self.rng.uniform(1.0, 3.0), nodes.set_health, (self.core, node, "Schedulable")).start()
+
+
+def duplicates(jobs: Jobs, rayjobs: common.Appearances, clusters: common.Appearances) -> dict[str, Any]:
+    recreated = {n: len(u) for n, u in {**rayjobs.uids, **clusters.uids}.items() if len(u) > 1}
+    unrecorded = []
+    for job in jobs.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, NS, c.PLURAL)["items"]:
+        name, status = job["metadata"]["name"], job.get("status") or {}
+        recorded = {a["rayJob"] for a in status.get("attempts") or []}
+        made = {r for r in rayjobs.uids if r.rsplit("-a", 1)[0] == name}
+        # The status keeps a bounded history: anything at or below its newest attempt number is accounted for.
+        newest = int(status.get("attempt") or 0)
+        unrecorded += [r for r in made - recorded if int(r.rsplit("-a", 1)[1]) > newest]
+    return {"recreated_names": recreated, "rayjobs_not_in_status": sorted(unrecorded)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--concurrent", type=int, default=10)
+    parser.add_argument("--kill-every", type=float, default=3.0, help="mean seconds between SIGKILLs")
+    parser.add_argument("--attempt-seconds", type=float, default=4.0, help="an undisturbed attempt succeeds after")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--out", type=Path, default=common.RESULTS)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="mmrl-bench-chaos-"))
+    began = time.monotonic()
+    with common.cluster(args.concurrent + 4, [NS]) as (cp, api, core):
+        standin = KubeRayStandIn(
+            api,
+            default_script=f"succeed-after={args.attempt_seconds}",
+            namespaces={NS},
+            log_dir=work / "rayjobs",
+            resync=1.0,
+            strict=True,
+        )
+        jobs = Jobs(api, NS)
+        op = OperatorProcess(cp.kubeconfig, work / "operator.log", env=common.OPERATOR_ENV)
+        with standin, op:
+            rayjobs = common.Appearances(api, NS, "rayjobs").start()
+            clusters = common.Appearances(api, NS, "rayclusters").start()
+            succeeded = common.Appearances(
+                api, NS, c.PLURAL, group=c.GROUP, version=c.VERSION,
+                reached=lambda o: (o.get("status") or {}).get("phase") == "Succeeded",
+            ).start()  # fmt: skip
+            chaos = Chaos(op, core, rng, args.kill_every)
+            chaos.thread.start()
+            created: dict[str, float] = {}
+            patch = {"spec": {"resilience": {"maxInfraRestarts": 1000, "maxRestarts": 1000}}}
+            deadline = time.monotonic() + args.timeout
+            while time.monotonic() < deadline:
+                active = [n for n in created if n not in succeeded.first_reached]
+                if len(created) < args.jobs and len(active) < args.concurrent:
+                    name = f"c{len(created)}"
+                    created[name] = time.monotonic()
+                    jobs.create(cluster_job(name, patch))
+                    continue
+                if len(created) == args.jobs and not active:
+                    break
+                time.sleep(0.2)
+            chaos.stop.set()
+            chaos.thread.join(30)
+            if not op.alive:
+                op.start()
+            converged_at = time.monotonic()
+            time.sleep(5)  # a last look after the operator settled: nothing may be created afterwards
+            dup = duplicates(jobs, rayjobs, clusters)
+            for watcher in (rayjobs, clusters, succeeded):
+                watcher.stop()
+            phases = [
+                (j.get("status") or {}).get("phase")
+                for j in jobs.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, NS, c.PLURAL)["items"]
+            ]
+    violations = list(standin.violations)
+    converge = [succeeded.first_reached[n] - t for n, t in created.items() if n in succeeded.first_reached]
+    attempts = [len([r for r in rayjobs.uids if r.rsplit("-a", 1)[0] == n]) for n in created]
+    result = {
+        "jobs": args.jobs,
+        "concurrent": args.concurrent,
+        "operator_kills": chaos.kills,
+        "node_faults": chaos.faults,
+        "duplicates": len(dup["recreated_names"]) + len(dup["rayjobs_not_in_status"]) + len(violations),
+        "duplicate_detail": {**dup, "overlapping_attempts": violations},
+        "converged": sum(1 for p in phases if p == "Succeeded"),
+        "phases": {p: phases.count(p) for p in set(phases)},
+        "attempts_total": sum(attempts),
+        "time_to_converge": common.summary(converge),
+        "last_kill_to_all_converged_seconds": round(max(0.0, converged_at - chaos.last_kill), 2),
+        "standin_errors": list(standin.errors),
+        "seconds": round(time.monotonic() - began, 1),
+        "workdir": str(work),
+    }
+    print(f"{chaos.kills} SIGKILLs, {chaos.faults} node faults across {len(created)} job lifecycles")
+    print(f"duplicates: {result['duplicates']} {result['duplicate_detail']}")
+    print(f"converged: {result['converged']}/{args.jobs} ({result['phases']}), {result['attempts_total']} attempts")
+    print(f"time to converge (created -> Succeeded): {common.fmt(result['time_to_converge'])}")
+    common.write_result("chaos", result, args.out)
+    return 0 if result["duplicates"] == 0 and result["converged"] == args.jobs else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
