@@ -80,8 +80,8 @@ def hot_spots(collapsed: Path, top: int = 25) -> dict[str, Any]:
     total, inclusive, own = 0, collections.Counter(), collections.Counter()
     for line in collapsed.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
+        if not stack or not count.isdigit():
+            continue  # a frame name with a newline in it (a multi-line qualname) splits a sample over lines
         n = int(count)
         total += n
         frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0] + ")" for f in stack.split(";")]
@@ -188,15 +188,17 @@ def main() -> int:
     parser.add_argument("--kuberay-jobs", type=int, default=None, help="RayJobs for phase 2 (default: --jobs)")
     parser.add_argument("--profile", action="store_true", help="sample the operator with py-spy during phase 1")
     parser.add_argument("--settle-timeout", type=float, default=180)
+    parser.add_argument("--workers", type=int, default=None, help="operator reconcile workers (MMRL_WORKERS)")
     parser.add_argument("--out", type=Path, default=common.RESULTS)
     args = parser.parse_args()
     n, m = args.jobs, args.kuberay_jobs if args.kuberay_jobs is not None else args.jobs
     work = Path(tempfile.mkdtemp(prefix="mmrl-bench-latency-"))
+    env = {**common.OPERATOR_ENV, **({"MMRL_WORKERS": str(args.workers)} if args.workers else {})}
     began = time.monotonic()
     with (
         common.cluster(common.gpu_nodes_for(n + m), [OURS, THEIRS]) as (cp, api, _),
         KubeRayOperator(api, cp.kubeconfig, work / "kuberay.log", namespaces=[OURS, THEIRS]),
-        OperatorProcess(cp.kubeconfig, work / "operator.log", namespaces=[OURS], env=common.OPERATOR_ENV) as op,
+        OperatorProcess(cp.kubeconfig, work / "operator.log", namespaces=[OURS], env=env) as op,
     ):
         common.wait_for(lambda: common.metrics_up(op), 60, "operator metrics endpoint")
         ours = phase_ours(api, op, n, work / "operator-profile.txt" if args.profile else None)
@@ -208,6 +210,7 @@ def main() -> int:
         cluster_spec = ours.pop("cluster_spec")
         theirs = phase_kuberay(api, m, cluster_spec) if m else None
     result: dict[str, Any] = {"mmrl": ours, "kuberay": theirs, "settle_seconds": settled, "workdir": str(work)}
+    result["operator_workers"] = args.workers or 4
     if theirs:
         print(f"KubeRay: RayJob -> RayCluster {common.fmt(theirs['rayjob_to_raycluster'])}", flush=True)
         for q in ("p50", "p99"):
@@ -220,7 +223,8 @@ def main() -> int:
         for frame, pct in ours["profile"]["inclusive_pct"][:15]:
             print(f"  {pct:5.1f}%  {frame}")
     result["seconds"] = round(time.monotonic() - began, 1)
-    common.write_result("latency-profile" if args.profile else "latency", result, args.out)
+    name = "latency-profile" if args.profile else "latency"
+    common.write_result(f"{name}-workers{args.workers}" if args.workers else name, result, args.out)
     return 0
 
 

@@ -115,6 +115,7 @@ def section_chaos(r: dict[str, Any]) -> list[str]:
         f"- converged: **{r['converged']}/{r['jobs']}** Succeeded ({r['phases']}); {r['attempts_total']} attempts",
         HEADER,
         row("job created → Succeeded", r["time_to_converge"]),
+        row("operator (re)start → serving (imports, kopf start)", r.get("operator_start_to_serving", {})),
         "",
         f"Last SIGKILL → all converged: {r['last_kill_to_all_converged_seconds']} s. Whole run {r['seconds']} s.",
     ]
