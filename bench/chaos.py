@@ -127,7 +127,10 @@ def main() -> int:
             chaos = Chaos(op, core, rng, args.kill_every)
             chaos.thread.start()
             created: dict[str, float] = {}
-            patch = {"spec": {"resilience": {"maxInfraRestarts": 1000, "maxRestarts": 100}}}
+            # ttl 0: a finished job's RayCluster goes (as it would after its ttl), freeing its node for the next job
+            patch = {
+                "spec": {"resilience": {"maxInfraRestarts": 1000, "maxRestarts": 100}, "ttlSecondsAfterFinished": 0}
+            }
             deadline = time.monotonic() + args.timeout
             while time.monotonic() < deadline:
                 active = [n for n in created if n not in succeeded.first_reached]

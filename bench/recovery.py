@@ -6,7 +6,8 @@ dashboard answers), J jobs training at once (the tests' HyperPod job: one 8-GPU 
 node), and injects N faults one after another, each on the worker node of a job picked at random, alternating
 UnschedulablePendingReboot (the node rejoins after recovery) and UnschedulablePendingReplacement (the node goes
 NotReady, is deleted, and a new one joins). t0 is just before the label patch; the end is when a watch delivers
-the job's next RayJob. Prints every sample and p50/p90/p99.
+the job's next RayJob. A fault stops every job with a pod on the node (heads share the GPU nodes), as on a real
+cluster; only the chosen job's recovery is timed. Prints every sample and p50/p90/p99.
 
     python bench/recovery.py [--jobs 20] [--faults 50]
 """
@@ -39,6 +40,15 @@ def worker_node(core: client.CoreV1Api, job: str) -> str:
     return live[0].spec.node_name if live else ""
 
 
+def training_attempt(jobs: Jobs, rayjobs: common.Appearances, job: str) -> int | None:
+    """The attempt the job is training on, when its status says Running on the newest RayJob it has."""
+    status = jobs.status(job)
+    attempt = int(status.get("attempt") or 0)
+    mine = [n.rsplit("-a", 1) for n in list(rayjobs.first_seen)]
+    newest = max((int(a) for j, a in mine if j == job), default=0)
+    return attempt if status.get("phase") == "Running" and attempt == newest > 0 else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20)
@@ -59,18 +69,19 @@ def main() -> int:
             patch = {"spec": {"resilience": {"maxInfraRestarts": 1000}}}
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(lambda n: jobs.create(cluster_job(n, patch)), names))
-            attempts = dict.fromkeys(names, 1)
             common.wait_for(lambda: all(f"{n}-a1" in rayjobs.first_seen for n in names), 600, "every first RayJob")
             for i in range(args.faults):
                 job = rng.choice(names)
+                # A fault also stops every other job with a pod on that node (Ray heads share the GPU nodes), so
+                # the chosen job may itself be between attempts: wait until it trains on its newest RayJob.
+                attempt = wait_until(lambda j=job: training_attempt(jobs, rayjobs, j), 120, what=f"{job} training")
                 node = wait_until(lambda j=job: worker_node(core, j), 120, what=f"a running worker of {job}")
                 kind = KINDS[i % 2]
-                nxt = f"{job}-a{attempts[job] + 1}"
+                nxt = f"{job}-a{attempt + 1}"
                 t0 = time.monotonic()
                 nodes.set_health(core, node, f"Unschedulable{kind}")
                 common.wait_for(lambda x=nxt: x in rayjobs.first_seen, 120, f"RayJob {nxt}", 0.02)
                 samples.append((kind, rayjobs.first_seen[nxt] - t0))
-                attempts[job] += 1
                 print(f"fault {i + 1:2d} {kind:<18} {job} on {node}: {nxt} after {samples[-1][1]:.2f}s", flush=True)
                 if kind == "PendingReboot":
                     nodes.set_health(core, node, "Schedulable")  # the reboot finished; the node rejoins the pool
