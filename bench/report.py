@@ -91,12 +91,14 @@ def section_recovery(r: dict[str, Any]) -> list[str]:
 def section_memory(r: dict[str, Any]) -> list[str]:
     kinds = ", ".join(f"{k}: {v}" for k, v in list(r["api_requests_by_kind"].items())[:10])
     return [
-        f"## Memory and API calls: {r['jobs']} jobs, {r['nodes']} nodes (KubeRay stand-in)",
+        f"## Memory and API calls: {r['jobs']} jobs ({r.get('running', r['jobs'])} training, the rest suspended), "
+        f"{r['nodes']} nodes (KubeRay stand-in)",
         "",
         f"- operator RSS with {r['nodes']} nodes and no job: {r['rss_mib_with_nodes_only']} MiB",
-        f"- operator RSS with {r['jobs']} jobs Running (steady state): {r['rss_mib_steady']} MiB; "
+        f"- operator RSS with {r['jobs']} jobs (steady state): {r['rss_mib_steady']} MiB; "
         f"peak (VmHWM) {r['rss_mib_peak']} MiB",
-        f"- {r['jobs']} jobs Running {r['all_running_after_seconds']} s after they were created",
+        f"- steady state {r['steady_after_seconds']} s after the jobs were created; phases at the end: "
+        f"{r['phases_at_end']}",
         f"- steady state over {r['window_seconds']} s: {r['reconciles_in_window']} reconciles "
         f"({r['reconciles_per_second']}/s; the 30 s resync alone asks for "
         f"{r['reconciles_per_second_asked_by_resync']}/s), "
@@ -123,7 +125,8 @@ def section_chaos(r: dict[str, Any]) -> list[str]:
 
 def section_trainer(r: dict[str, Any]) -> list[str]:
     out = [
-        f"## Trainer (CPU, {r['threads']} torch thread, {r['steps']} steps, tiny Qwen3-VL, LoRA r=8)",
+        f"## Trainer (CPU, {r['threads']} torch thread, {r['steps']} steps x {r.get('repeat', 1)} runs per side, "
+        "tiny Qwen3-VL, LoRA r=8)",
         "",
         "| prompts x samples | mmrl local s/step p50 (p90) | plain TRL s/step p50 (p90) | mmrl whole run s |",
         "|---|---|---|---|",

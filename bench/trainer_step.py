@@ -8,7 +8,7 @@ transformers.Trainer's own checkpoint methods (`_save_checkpoint`: adapter, opti
 `_load_from_checkpoint`, `_load_optimizer_and_scheduler`, `_load_rng_state`, `_load_scaler` on resume), timed by
 wrapping them on the trainer instance; mmrl's commit on top of a save is one rename and a marker file.
 
-    python bench/trainer_step.py [--steps 20] [--prompts 4 8] [--samples 4]
+    python bench/trainer_step.py [--steps 20] [--prompts 4 8] [--samples 4] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run_mmrl(cfg) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     wall = time.perf_counter() - start
     records = [json.loads(x) for x in (Path(cfg.checkpoint.dir) / "metrics.jsonl").read_text().splitlines()]
     times = [r["step_time"] for r in records if r.get("step_time") is not None]
-    return {**step_stats(times), "wall_s": round(wall, 2)}
+    return {**step_stats(times), "wall_s": round(wall, 2), "step_times": times}
 
 
 def plain_trl(cfg, output_dir: Path, *, save_at_end: bool = False, resume: str | None = None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -100,7 +100,7 @@ def plain_trl(cfg, output_dir: Path, *, save_at_end: bool = False, resume: str |
     trainer.train(resume_from_checkpoint=resume)
     times = [h["step_time"] for h in trainer.state.log_history if h.get("step_time") is not None]
     out: dict[str, Any] = step_stats(times) if times else {}
-    return {**out, "save_s": round(spent["save"], 3), "load_s": round(spent["load"], 3)}
+    return {**out, "save_s": round(spent["save"], 3), "load_s": round(spent["load"], 3), "step_times": times}
 
 
 # transformers.Trainer's own checkpoint steps (private, so looked up by name): what a save and a resume cost.
@@ -140,6 +140,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--prompts", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=2, help="runs per side, interleaved; step times pooled")
     parser.add_argument("--out", type=Path, default=common.RESULTS)
     args = parser.parse_args()
 
@@ -151,10 +152,16 @@ def main() -> None:
     print(f"{'prompts':>7} {'samples':>7} {'mmrl s/step':>11} {'TRL s/step':>10} {'mmrl run s':>10}")
     rows = []
     for prompts in args.prompts:
-        with tempfile.TemporaryDirectory() as tmp:
-            mmrl = run_mmrl(trainer_config(model, prompts, args.samples, args.steps, Path(tmp)))
-        with tempfile.TemporaryDirectory() as tmp:
-            trl = plain_trl(trainer_config(model, prompts, args.samples, args.steps, Path(tmp)), Path(tmp) / "out")
+        runs: dict[str, list[dict[str, Any]]] = {"mmrl_local": [], "plain_trl": []}
+        for r in range(args.repeat):
+            # ABBA order, so a machine that gets busier or quieter during the run favours neither side.
+            for side in ("mmrl_local", "plain_trl") if r % 2 == 0 else ("plain_trl", "mmrl_local"):
+                with tempfile.TemporaryDirectory() as tmp:
+                    cfg = trainer_config(model, prompts, args.samples, args.steps, Path(tmp))
+                    runs[side].append(run_mmrl(cfg) if side == "mmrl_local" else plain_trl(cfg, Path(tmp) / "out"))
+        mmrl = step_stats([t for run in runs["mmrl_local"] for t in run["step_times"]])
+        mmrl["wall_s"] = round(statistics.median(run["wall_s"] for run in runs["mmrl_local"]), 2)
+        trl = step_stats([t for run in runs["plain_trl"] for t in run["step_times"]])
         rows.append({"prompts": prompts, "samples": args.samples, "mmrl_local": mmrl, "plain_trl": trl})
         print(f"{prompts:>7} {args.samples:>7} {mmrl['p50']:>11.3f} {trl['p50']:>10.3f} {mmrl['wall_s']:>10.1f}")
     ckpt = checkpoint_times(model, args.prompts[0], args.samples, max(2, args.steps // 4))
@@ -162,6 +169,7 @@ def main() -> None:
     result = {
         "threads": os.environ["MMRL_TORCH_THREADS"],
         "steps": args.steps,
+        "repeat": args.repeat,
         "rows": rows,
         "checkpoint": ckpt,
         "seconds": round(time.monotonic() - began, 1),
