@@ -75,9 +75,20 @@ class Profiler:
         return self.out
 
 
+def where(frames: list[str]) -> str:
+    """What a sample was doing: the innermost operator function, else which part of kopf or the runtime."""
+    mine = [f for f in frames if "mmrl_operator/" in f and "(mmrl_operator/run.py" not in f and "cli.py" not in f]
+    if mine:
+        return mine[-1]
+    if any("kopf/" in f for f in frames):
+        return "kopf event processing: deepcopy" if any("deepcopy" in f for f in frames) else "kopf, other"
+    return f"runtime: {frames[-1]}"
+
+
 def hot_spots(collapsed: Path, top: int = 25) -> dict[str, Any]:
-    """Inclusive and self share of samples per function (file:function, any line) from py-spy's raw output."""
-    total, inclusive, own = 0, collections.Counter(), collections.Counter()
+    """Share of samples per function (file:function, any line) from py-spy's raw output: inclusive, self, and by
+    `where` (the innermost operator function, else kopf or the runtime)."""
+    total, inclusive, own, by_where = 0, collections.Counter(), collections.Counter(), collections.Counter()
     for line in collapsed.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -88,8 +99,9 @@ def hot_spots(collapsed: Path, top: int = 25) -> dict[str, Any]:
         for frame in set(frames):
             inclusive[frame] += n
         own[frames[-1]] += n
+        by_where[where(frames)] += n
     share = lambda counter: [(f, round(100 * n / total, 1)) for f, n in counter.most_common(top)]  # noqa: E731
-    return {"samples": total, "inclusive_pct": share(inclusive), "self_pct": share(own)}
+    return {"samples": total, "inclusive_pct": share(inclusive), "self_pct": share(own), "where_pct": share(by_where)}
 
 
 def phase_ours(api, op: OperatorProcess, n: int, profile_to: Path | None) -> dict[str, Any]:  # type: ignore[no-untyped-def]

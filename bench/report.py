@@ -60,6 +60,20 @@ def section_latency(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def section_workers(r: dict[str, Any]) -> list[str]:
+    ours = r["mmrl"]
+    return [
+        f"## Latency with {r['operator_workers']} reconcile workers (MMRL_WORKERS; default 4), {ours['jobs']} jobs",
+        "",
+        HEADER,
+        row("mmrl: apply → RayCluster", ours["apply_to_raycluster"]),
+        row("mmrl: apply → first RayJob", ours["apply_to_first_rayjob"]),
+        row("  of which ready → first RayJob (operator)", ours["ready_to_first_rayjob"]),
+        "",
+        f"{ours['reconciles']} reconciles, {ours['reconcile_seconds_mean']} s each on average.",
+    ]
+
+
 def section_profile(r: dict[str, Any]) -> list[str]:
     prof = r["mmrl"].get("profile") or {}
     out = [
@@ -67,10 +81,15 @@ def section_profile(r: dict[str, Any]) -> list[str]:
         "",
         "Latency under the sampler: " + f"apply → RayCluster {common.fmt(r['mmrl']['apply_to_raycluster'])}.",
         "",
-        "| inclusive % | function (file) |",
+        "Where the samples are: the innermost operator function on the stack (worker threads), else kopf's event",
+        "processing (its asyncio thread and the thread pool it runs sync handlers in) or the Python runtime.",
+        "",
+        "| % of samples | where |",
         "|---|---|",
     ]
-    out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("inclusive_pct", [])[:25]]
+    out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("where_pct", [])[:15]]
+    out += ["", "| inclusive % | function (file) |", "|---|---|"]
+    out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("inclusive_pct", [])[6:25]]
     out += ["", "| self % | function (file) |", "|---|---|"]
     out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("self_pct", [])[:15]]
     return out
@@ -182,6 +201,9 @@ def render(res: dict[str, dict[str, Any]], notes: str) -> str:
     for name, render_section in sections:
         if name in res:
             lines += [*render_section(res[name]), ""]
+        if name == "latency-profile":
+            for other in sorted(n for n in res if n.startswith("latency-workers")):
+                lines += [*section_workers(res[other]), ""]
     return "\n".join(lines) + "\n" + notes
 
 
