@@ -143,9 +143,19 @@ class Appearances:
         self.first_reached: dict[str, float] = {}
         self.objects: dict[str, dict[str, Any]] = {}
         self.uids: dict[str, set[str]] = {}  # more than one uid under a name: it was created again
+        self.deleting: dict[str, float] = {}  # first seen with a deletionTimestamp, or deleted
+        self.reached_at: dict[str, list[float]] = {}  # every time `reached` turned true
+        self._reached_now: dict[str, bool] = {}
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{plural}")
+
+    def _record_reached(self, name: str, now_reached: bool, now: float) -> None:
+        before = self._reached_now.get(name, False)
+        self._reached_now[name] = now_reached
+        if now_reached and not before:
+            self.first_reached.setdefault(name, now)
+            self.reached_at.setdefault(name, []).append(now)
 
     def start(self) -> Appearances:
         self._thread.start()
@@ -177,13 +187,15 @@ class Appearances:
                     now = time.monotonic()
                     obj = event["object"]
                     rv = obj["metadata"]["resourceVersion"]
+                    name = obj["metadata"].get("name", "")
+                    if event["type"] == "DELETED" or obj["metadata"].get("deletionTimestamp"):
+                        self.deleting.setdefault(name, now)
                     if event["type"] in ("ADDED", "MODIFIED"):
-                        name = obj["metadata"]["name"]
                         self.first_seen.setdefault(name, now)
                         self.objects[name] = obj
                         self.uids.setdefault(name, set()).add(obj["metadata"]["uid"])
-                        if self.reached is not None and name not in self.first_reached and self.reached(obj):
-                            self.first_reached[name] = now
+                        if self.reached is not None:
+                            self._record_reached(name, self.reached(obj), now)
                     if self._stop.is_set():
                         return
             except client.ApiException as exc:

@@ -37,6 +37,11 @@ def row(name: str, s: dict[str, Any]) -> str:
     return f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p90']:.2f} | {s['p99']:.2f} | {s['max']:.2f} |"
 
 
+STAGES = {
+    "fault_to_stop": "fault → attempt's RayJob deleted (operator)",
+    "stop_to_next_rayjob": "RayJob deleted → next RayJob",
+    "cluster_ready_again_to_next_rayjob": "cluster seen unready and ready again → next RayJob",
+}
 HEADER = "| measurement | n | p50 s | p90 s | p99 s | max s |\n|---|---|---|---|---|---|"
 
 
@@ -102,8 +107,10 @@ def section_recovery(r: dict[str, Any]) -> list[str]:
         HEADER,
         row("fault label → next attempt's RayJob", r["fault_to_next_rayjob"]),
         *(row(f"  {kind}", s) for kind, s in r["by_kind"].items()),
+        *(row(f"  stage: {STAGES[k]}", s) for k, s in (r.get("stages") or {}).items()),
         "",
-        f"Whole run {r['seconds']} s.",
+        f"Next attempt created while the job had no Running worker pod: "
+        f"{len(r.get('next_attempt_before_worker_running', []))} of {r['faults']}. Whole run {r['seconds']} s.",
     ]
 
 
