@@ -4,7 +4,8 @@ J jobs (the tests' HyperPod job, one 8-GPU worker each) run through their whole 
 KubeRay stand-in in strict mode (KubeRay v1.5's RayJob finalizer and graceful pod termination; it records any
 attempt that starts while the previous one still runs or its pods still terminate). Each attempt succeeds after a
 few seconds unless a node fault stops it first. Meanwhile, at random intervals, the operator is SIGKILLed and
-started again, and the worker node of a random running job is marked UnschedulablePendingReboot (then Schedulable).
+started again; independently, every few seconds the worker node of a random running job is marked
+UnschedulablePendingReboot for 5-20 s (longer than an operator restart), then Schedulable.
 
 Reported: duplicates, which must be 0 — a RayJob or RayCluster name created more than once (a second uid), a
 RayJob the job's status does not record, overlapping attempts seen by the stand-in; jobs converged (Succeeded);
@@ -16,6 +17,7 @@ time to converge per job (created → Succeeded) and after the last kill.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import tempfile
 import threading
@@ -37,21 +39,31 @@ NS = "chaos"
 
 
 class Chaos:
-    """Kills and restarts the operator, and faults nodes, from a thread, until stopped."""
+    """Kills and restarts the operator from one thread and faults nodes from another, until stopped."""
 
     def __init__(self, op: OperatorProcess, core: client.CoreV1Api, rng: random.Random, kill_every: float) -> None:
         self.op, self.core, self.rng, self.kill_every = op, core, rng, kill_every
         self.kills, self.faults, self.last_kill = 0, 0, time.monotonic()
         self.startups: list[float] = []  # start -> metrics endpoint up, per (re)start
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True, name="chaos")
+        self.threads = [
+            threading.Thread(target=self.kill_loop, daemon=True, name="chaos-kill"),
+            threading.Thread(target=self.fault_loop, daemon=True, name="chaos-fault"),
+        ]
 
-    def run(self) -> None:
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def join(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(60)
+
+    def kill_loop(self) -> None:
         # A moment is random within the operator's working life: it takes seconds just to import (kopf, the
         # kubernetes client, pydantic models), and a kill during start-up would only test start-up.
         while self.wait_until_up() and not self.stop.wait(self.rng.uniform(0.0, 2 * self.kill_every)):
-            if self.rng.random() < 0.5:
-                self.fault_a_worker_node()
             self.op.kill()
             self.kills += 1
             self.last_kill = time.monotonic()
@@ -66,6 +78,13 @@ class Chaos:
         self.startups.append(time.monotonic() - started)
         return True
 
+    def fault_loop(self) -> None:
+        """A HyperPod reboot of a random running worker's node every few seconds, lasting longer than an operator
+        restart, so faults start and end while it is up, while it is down, and across a kill."""
+        while not self.stop.wait(self.rng.uniform(2.0, 8.0)):
+            with contextlib.suppress(client.ApiException):  # a pod or node that went meanwhile: next time
+                self.fault_a_worker_node()
+
     def fault_a_worker_node(self) -> None:
         pods = self.core.list_namespaced_pod(NS, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
         live = [p.spec.node_name for p in pods if p.spec.node_name and p.status.phase == "Running"]
@@ -74,8 +93,9 @@ class Chaos:
         node = self.rng.choice(live)
         nodes.set_health(self.core, node, "UnschedulablePendingReboot")
         self.faults += 1
-        # The reboot ends a little later, as HyperPod's does, whoever is alive to see it.
-        threading.Timer(self.rng.uniform(1.0, 3.0), nodes.set_health, (self.core, node, "Schedulable")).start()
+        timer = threading.Timer(self.rng.uniform(5.0, 20.0), nodes.set_health, (self.core, node, "Schedulable"))
+        timer.daemon = True
+        timer.start()
 
 
 def duplicates(jobs: Jobs, rayjobs: common.Appearances, clusters: common.Appearances) -> dict[str, Any]:
@@ -125,7 +145,7 @@ def main() -> int:
                 reached=lambda o: (o.get("status") or {}).get("phase") == "Succeeded",
             ).start()  # fmt: skip
             chaos = Chaos(op, core, rng, args.kill_every)
-            chaos.thread.start()
+            chaos.start()
             created: dict[str, float] = {}
             # ttl 0: a finished job's RayCluster goes (as it would after its ttl), freeing its node for the next job
             patch = {
@@ -142,8 +162,7 @@ def main() -> int:
                 if len(created) == args.jobs and not active:
                     break
                 time.sleep(0.2)
-            chaos.stop.set()
-            chaos.thread.join(30)
+            chaos.join()
             if not op.alive:
                 op.start()
             converged_at = time.monotonic()
