@@ -93,7 +93,7 @@ def machine() -> dict[str, Any]:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "memory_gib": round(mem_kb / 2**20, 1),
-        "load_1m_at_start": round(os.getloadavg()[0], 2),
+        "load_1m": round(os.getloadavg()[0], 2),  # when the result is written
         "python": platform.python_version(),
         "kernel": platform.release(),
     }
