@@ -83,7 +83,8 @@ down: setup ## stop what `make up` started
 demo: bins ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/)
 	$(VPY) -m mmrl_local.demo --out demo-out
 
-# Sizes of `make bench` (not part of `make test`): about 45 minutes on 2 shared cores; e.g. `make bench BENCH_JOBS=50`.
+# Sizes of `make bench` (not part of `make test`): 25-40 minutes on 2 shared cores (+4.5 min to compile KubeRay
+# once); smaller: `make bench BENCH_JOBS=50 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.
 BENCH_JOBS ?= 200
 BENCH_FAULTS ?= 50
 BENCH_MEMORY ?= --jobs 1000 --nodes 500
