@@ -41,8 +41,9 @@ NS = "chaos"
 class Chaos:
     """Kills and restarts the operator from one thread and faults nodes from another, until stopped."""
 
-    def __init__(self, op: OperatorProcess, core: client.CoreV1Api, rng: random.Random, kill_every: float) -> None:
-        self.op, self.core, self.rng, self.kill_every = op, core, rng, kill_every
+    def __init__(self, op: OperatorProcess, jobs: Jobs, rng: random.Random, kill_every: float) -> None:
+        self.op, self.jobs, self.core, self.rng, self.kill_every = op, jobs, jobs.core, rng, kill_every
+        self.timers: list[threading.Timer] = []
         self.kills, self.faults, self.last_kill = 0, 0, time.monotonic()
         self.startups: list[float] = []  # start -> metrics endpoint up, per (re)start
         self.stop = threading.Event()
@@ -59,6 +60,8 @@ class Chaos:
         self.stop.set()
         for thread in self.threads:
             thread.join(60)
+        for timer in self.timers:
+            timer.cancel()
 
     def kill_loop(self) -> None:
         # A moment is random within the operator's working life: it takes seconds just to import (kopf, the
@@ -86,8 +89,19 @@ class Chaos:
                 self.fault_a_worker_node()
 
     def fault_a_worker_node(self) -> None:
+        """Pick the worker node of a job whose attempt is training (a finished job's pods are only waiting for
+        its ttl), as the job's status says; the operator may be down, so this does not wait for it."""
+        training = {
+            j["metadata"]["name"]
+            for j in self.jobs.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, NS, c.PLURAL)["items"]
+            if (j.get("status") or {}).get("phase") == "Running"
+        }
         pods = self.core.list_namespaced_pod(NS, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
-        live = [p.spec.node_name for p in pods if p.spec.node_name and p.status.phase == "Running"]
+        live = [
+            p.spec.node_name
+            for p in pods
+            if p.spec.node_name and p.status.phase == "Running" and p.metadata.labels.get(c.LABEL_JOB) in training
+        ]
         if not live:
             return
         node = self.rng.choice(live)
@@ -95,6 +109,7 @@ class Chaos:
         self.faults += 1
         timer = threading.Timer(self.rng.uniform(5.0, 20.0), nodes.set_health, (self.core, node, "Schedulable"))
         timer.daemon = True
+        self.timers.append(timer)
         timer.start()
 
 
@@ -126,7 +141,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="mmrl-bench-chaos-"))
     began = time.monotonic()
-    with common.cluster(args.concurrent + 4, [NS]) as (cp, api, core):
+    with common.cluster(args.concurrent + 4, [NS]) as (cp, api, _):
         standin = KubeRayStandIn(
             api,
             default_script=f"succeed-after={args.attempt_seconds}",
@@ -144,7 +159,7 @@ def main() -> int:
                 api, NS, c.PLURAL, group=c.GROUP, version=c.VERSION,
                 reached=lambda o: (o.get("status") or {}).get("phase") == "Succeeded",
             ).start()  # fmt: skip
-            chaos = Chaos(op, core, rng, args.kill_every)
+            chaos = Chaos(op, jobs, rng, args.kill_every)
             chaos.start()
             created: dict[str, float] = {}
             # ttl 0: a finished job's RayCluster goes (as it would after its ttl), freeing its node for the next job
