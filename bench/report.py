@@ -45,16 +45,22 @@ STAGES = {
 HEADER = "| measurement | n | p50 s | p90 s | p99 s | max s |\n|---|---|---|---|---|---|"
 
 
+def mmrl_rows(ours: dict[str, Any]) -> list[str]:
+    return [
+        row("mmrl: apply → RayCluster", ours["apply_to_raycluster"]),
+        row("mmrl: apply → first RayJob", ours["apply_to_first_rayjob"]),
+        row("  of which RayCluster → ready (KubeRay, scheduler, kwok)", ours["raycluster_to_ready"]),
+        row("  of which ready → first RayJob (operator)", ours["ready_to_first_rayjob"]),
+    ]
+
+
 def section_latency(r: dict[str, Any]) -> list[str]:
     ours, theirs = r["mmrl"], r.get("kuberay") or {}
     out = [
         f"## Latency: {ours['jobs']} jobs applied at once (real KubeRay)",
         "",
         HEADER,
-        row("mmrl: apply → RayCluster", ours["apply_to_raycluster"]),
-        row("mmrl: apply → first RayJob", ours["apply_to_first_rayjob"]),
-        row("  of which RayCluster → ready (KubeRay, scheduler, kwok)", ours["raycluster_to_ready"]),
-        row("  of which ready → first RayJob (operator)", ours["ready_to_first_rayjob"]),
+        *mmrl_rows(ours),
         row(f"KubeRay: RayJob → RayCluster ({theirs.get('rayjobs', 0)} RayJobs)", theirs.get("rayjob_to_raycluster")),
         "",
         f"Ratio ours/KubeRay (apply → RayCluster): p50 {r.get('ratio_p50_ours_over_kuberay', '-')}x, "
@@ -71,9 +77,7 @@ def section_workers(r: dict[str, Any]) -> list[str]:
         f"## Latency with {r['operator_workers']} reconcile workers (MMRL_WORKERS; default 4), {ours['jobs']} jobs",
         "",
         HEADER,
-        row("mmrl: apply → RayCluster", ours["apply_to_raycluster"]),
-        row("mmrl: apply → first RayJob", ours["apply_to_first_rayjob"]),
-        row("  of which ready → first RayJob (operator)", ours["ready_to_first_rayjob"]),
+        *mmrl_rows(ours),
         "",
         f"{ours['reconciles']} reconciles, {ours['reconcile_seconds_mean']} s each on average.",
     ]
@@ -179,9 +183,12 @@ def render(res: dict[str, dict[str, Any]], notes: str) -> str:
     m = any_result.get("machine") or common.machine()
     lat, rec, mem = res.get("latency"), res.get("recovery"), res.get("memory")
     p99 = lat["mmrl"]["apply_to_raycluster"]["p99"] if lat else None
+    p99_rayjob = lat["mmrl"]["apply_to_first_rayjob"]["p99"] if lat else None
     ratio = lat.get("ratio_p99_ours_over_kuberay") if lat else None
     rec_p99 = rec["fault_to_next_rayjob"]["p99"] if rec else None
     rss = max(mem["rss_mib_steady"], mem["rss_mib_peak"]) if mem else None
+    n_early = len((rec or {}).get("next_attempt_before_worker_running", []))
+    early = f" ({n_early} of {rec['faults']} next attempts started before the worker ran, see 9)" if n_early else ""
     lines = [
         "# Benchmarks",
         "",
@@ -196,9 +203,10 @@ def render(res: dict[str, dict[str, Any]], notes: str) -> str:
         "",
         "| target | measured | verdict |",
         "|---|---|---|",
-        f"| p99 apply → children ≤ {TARGETS['apply_p99_s']} s | {p99} s | {verdict(p99, TARGETS['apply_p99_s'])} |",
+        f"| p99 apply → children ≤ {TARGETS['apply_p99_s']} s | RayCluster {p99} s, first RayJob {p99_rayjob} s "
+        f"| {verdict(p99_rayjob or p99, TARGETS['apply_p99_s'])} |",
         f"| p99 ≤ {TARGETS['apply_p99_ratio']}x KubeRay's | {ratio}x | {verdict(ratio, TARGETS['apply_p99_ratio'])} |",
-        f"| recovery p99 ≤ {TARGETS['recovery_p99_s']} s | {rec_p99} s "
+        f"| recovery p99 ≤ {TARGETS['recovery_p99_s']} s | {rec_p99} s{early} "
         f"| {verdict(rec_p99, TARGETS['recovery_p99_s'])} |",
         f"| RSS ≤ {TARGETS['rss_mib']} MiB | {rss} MiB | {verdict(rss, TARGETS['rss_mib'])} |",
         "",
