@@ -224,7 +224,7 @@ def render(res: dict[str, dict[str, Any]], notes: str) -> str:
             lines += [*render_section(res[name]), "", f"_{load_note(res[name])}_", ""]
         if name == "latency-profile":
             for other in sorted(n for n in res if n.startswith("latency-workers")):
-                lines += [*section_workers(res[other]), ""]
+                lines += [*section_workers(res[other]), "", f"_{load_note(res[other])}_", ""]
     return "\n".join(lines) + "\n" + notes
 
 
