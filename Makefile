@@ -18,7 +18,7 @@ VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
 
-.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench clean-cache
+.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -91,9 +91,24 @@ down: setup ## stop what `make up` started
 demo: bins ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/)
 	$(VPY) -m mmrl_local.demo --out demo-out
 
-bench: bins ## print recovery latency (20 HyperPod faults) and trainer seconds per step
-	$(VPY) bench/recovery.py --faults 20
+# Sizes of `make bench` (not part of `make test`): 25-40 minutes on 2 shared cores (+4.5 min to compile KubeRay
+# once); smaller: `make bench BENCH_JOBS=50 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.
+BENCH_JOBS ?= 200
+BENCH_FAULTS ?= 50
+BENCH_MEMORY ?= --jobs 1000 --nodes 500
+BENCH_CHAOS_JOBS ?= 50
+
+bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos, trainer -> docs/benchmarks.md
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS)
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --profile
+	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS)
+	$(VPY) bench/memory.py $(BENCH_MEMORY)
+	$(VPY) bench/chaos.py --jobs $(BENCH_CHAOS_JOBS)
 	$(VPY) bench/trainer_step.py
+	$(VPY) bench/report.py
+
+kuberay: bins ## build (or reuse) the real KubeRay operator (ray-operator v1.5.1) from its Go module
+	$(VPY) -m mmrl_local build --kuberay
 
 clean-cache: ## drop the cached virtualenvs and binaries
 	rm -rf $(MMRL_CACHE)

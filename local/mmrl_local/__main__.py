@@ -41,6 +41,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     print(f"binaries: {bins.dir}")
     print(f"kuberay CRDs: {crd_dir} ({build.KUBERAY_MODULE}@{build.KUBERAY_VERSION})")
     print(f"ServiceMonitor CRD (chart tests): {build.servicemonitor_crd_path()}")
+    if args.kuberay:
+        print(f"kuberay operator: {build.build_kuberay()}")
     return 0
 
 
@@ -156,7 +158,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mmrl_local", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or reuse) the control plane binaries and fetch KubeRay's CRDs")
+    b = sub.add_parser("build", help="build (or reuse) the control plane binaries and fetch KubeRay's CRDs")
+    b.add_argument("--kuberay", action="store_true", help="also build the real KubeRay operator (bench/, one test)")
     up = sub.add_parser("up", help="start a control plane with fake HyperPod nodes and the KubeRay stand-in")
     up.add_argument("--detach", action="store_true", help="run in the background; stop with `down`")
     up.add_argument("--gpu-nodes", type=int, default=2)

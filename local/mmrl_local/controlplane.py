@@ -75,6 +75,9 @@ class ControlPlane:
     workdir: Path | None = None
     install_kuberay_crds: bool = True
     keep_workdir: bool = False
+    audit_log: Path | None = None
+    """When set, the apiserver writes one JSON line per request here (who, verb, resource, user agent): the
+    benchmarks count a process's API calls with it."""
     procs: dict[str, object] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -207,7 +210,16 @@ class ControlPlane:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *self._audit_args(),
         ]
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_log is None:
+            return []
+        policy = self.workdir / "audit-policy.yaml"
+        doc = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"]}
+        policy.write_text(yaml.safe_dump({**doc, "rules": [{"level": "Metadata"}]}))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json"]
 
     def _controller_manager_args(self) -> list[str]:
         pki = self.pki

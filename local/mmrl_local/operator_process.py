@@ -10,10 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 from mmrl_local.controlplane import free_port
+from mmrl_local.promtext import metric_sum
 
 
 class OperatorProcess:
@@ -75,13 +75,7 @@ class OperatorProcess:
 
     def metric(self, name: str) -> float:
         """Sum of a Prometheus metric's samples (0 when absent)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(name + " ") or line.startswith(name + "{")
-        )
+        return metric_sum(f"http://127.0.0.1:{self.metrics_port}/metrics", name)
 
     def __enter__(self) -> OperatorProcess:
         return self.start()

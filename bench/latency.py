@@ -1,0 +1,244 @@
+"""Reconcile latency at scale, against the real KubeRay operator, on one local control plane.
+
+Phase 1 (mmrl): N MultimodalRLJobs are created at once (8 client threads). For each: apply → its RayCluster
+exists, and apply → its first RayJob exists. The first RayJob needs a ready cluster, so that time also holds
+KubeRay creating the pods, the scheduler placing them on fake HyperPod nodes, kwok running them and KubeRay
+reporting `ready`; the operator's own share (cluster ready → RayJob) is reported apart.
+Phase 2 (KubeRay): N RayJobs carrying the same cluster spec in `rayClusterSpec`; KubeRay creates a RayCluster
+for each. RayJob created → its RayCluster exists is KubeRay's own reaction time to a new object, the same
+measurement as phase 1's apply → RayCluster, so the ratio of the two compares the controllers.
+
+Times are `time.monotonic()` on this machine: t0 just before the create call, the end when a watch delivers the
+child. With `--profile` py-spy samples the operator during phase 1 (run it separately: sampling slows it).
+
+    python bench/latency.py [--jobs 200] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import signal
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+import common
+from mmrl_api import constants as c
+from mmrl_local.kuberay_operator import KubeRayOperator
+from mmrl_local.operator_process import OperatorProcess
+from tests.support.operator import Jobs
+
+OURS, THEIRS = "lat-mmrl", "lat-kuberay"
+
+
+def create_all(names: list[str], create) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Create every object from 8 threads; returns the monotonic time just before each create call."""
+    started: dict[str, float] = {}
+
+    def one(name: str) -> None:
+        started[name] = time.monotonic()
+        create(name)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, names))
+    return started
+
+
+def deltas(start: dict[str, float], end: dict[str, float]) -> list[float]:
+    return [end[n] - start[n] for n in start if n in end]
+
+
+def ready(obj: dict[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("state") == "ready"
+
+
+class Profiler:
+    """py-spy (from PyPI, in its own cached venv) sampling one process until stopped; collapsed stacks to a file."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        import tools
+
+        self.out = out
+        args = [str(tools.py_spy()), "record", "--pid", str(pid), "--rate", "50", "--format", "raw"]
+        self.proc = subprocess.Popen([*args, "--nonblocking", "-o", str(out)], stdout=subprocess.DEVNULL)
+
+    def stop(self) -> Path:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        return self.out
+
+
+def where(frames: list[str]) -> str:
+    """What a sample was doing: the innermost operator function, else which part of kopf or the runtime."""
+    mine = [f for f in frames if "mmrl_operator/" in f and "(mmrl_operator/run.py" not in f and "cli.py" not in f]
+    if mine:
+        return mine[-1]
+    if any("kopf/" in f for f in frames):
+        return "kopf event processing: deepcopy" if any("deepcopy" in f for f in frames) else "kopf, other"
+    return f"runtime: {frames[-1]}"
+
+
+def hot_spots(collapsed: Path, top: int = 25) -> dict[str, Any]:
+    """Share of samples per function (file:function, any line) from py-spy's raw output: inclusive, self, and by
+    `where` (the innermost operator function, else kopf or the runtime)."""
+    total, inclusive, own, by_where = 0, collections.Counter(), collections.Counter(), collections.Counter()
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue  # a frame name with a newline in it (a multi-line qualname) splits a sample over lines
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0] + ")" for f in stack.split(";")]
+        for frame in set(frames):
+            inclusive[frame] += n
+        own[frames[-1]] += n
+        by_where[where(frames)] += n
+    share = lambda counter: [(f, round(100 * n / total, 1)) for f, n in counter.most_common(top)]  # noqa: E731
+    return {"samples": total, "inclusive_pct": share(inclusive), "self_pct": share(own), "where_pct": share(by_where)}
+
+
+def phase_ours(api, op: OperatorProcess, n: int, profile_to: Path | None) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    jobs = Jobs(api, OURS)
+    clusters = common.Appearances(api, OURS, "rayclusters", reached=ready).start()
+    rayjobs = common.Appearances(api, OURS, "rayjobs").start()
+    names = [f"lat-{i}" for i in range(n)]
+    # maxRestarts 0: under kwok KubeRay fails every RayJob ~30-60 s later (no dashboard); no retries keep phase 2 quiet
+    patch = {"spec": {"resilience": {"maxRestarts": 0}}}
+    profiler = Profiler(op.proc.pid, profile_to) if profile_to and op.proc else None
+    reconciles0, seconds0 = (
+        op.metric("mmrl_reconcile_duration_seconds_count"),
+        op.metric("mmrl_reconcile_duration_seconds_sum"),
+    )
+    t_start = time.monotonic()
+    started = create_all(names, lambda name: jobs.create(common.bench_job(name, patch)))
+    created_s = time.monotonic() - t_start
+    common.wait_for(lambda: all(f"{x}-a1" in rayjobs.first_seen for x in names), 900, f"{n} first RayJobs", 1.0)
+    wall = time.monotonic() - t_start
+    hot = hot_spots(profiler.stop()) if profiler else None
+    clusters.stop()
+    rayjobs.stop()
+    first_rayjob = {x: rayjobs.first_seen[f"{x}-a1"] for x in names}
+    reconciles = op.metric("mmrl_reconcile_duration_seconds_count") - reconciles0
+    result = {
+        "jobs": n,
+        "create_calls_seconds": round(created_s, 2),
+        "all_first_rayjobs_after_seconds": round(wall, 2),
+        "apply_to_raycluster": common.summary(deltas(started, clusters.first_seen)),
+        "apply_to_first_rayjob": common.summary(deltas(started, first_rayjob)),
+        "raycluster_to_ready": common.summary(deltas(clusters.first_seen, clusters.first_reached)),
+        "ready_to_first_rayjob": common.summary(deltas(clusters.first_reached, first_rayjob)),
+        "reconciles": int(reconciles),
+        "reconcile_seconds_mean": round(
+            (op.metric("mmrl_reconcile_duration_seconds_sum") - seconds0) / max(reconciles, 1), 4
+        ),
+        "operator_rss_mib": common.rss_mib(op.proc.pid)[0] if op.proc else None,
+        "cluster_spec": clusters.objects[names[0]]["spec"],
+    }
+    if hot is not None:
+        result["profile"] = hot
+    return result
+
+
+def phase_kuberay(api, n: int, cluster_spec: dict[str, Any]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    custom = client.CustomObjectsApi(api)
+    clusters = common.Appearances(api, THEIRS, "rayclusters").start()
+    names = [f"kr-{i}" for i in range(n)]
+    spec = {k: v for k, v in cluster_spec.items() if k != "suspend"}
+
+    def create(name: str) -> None:
+        body = {
+            "apiVersion": c.RAY_API_VERSION,
+            "kind": "RayJob",
+            "metadata": {"name": name, "namespace": THEIRS},
+            "spec": {"entrypoint": "python -c pass", "rayClusterSpec": spec, "shutdownAfterJobFinishes": False},
+        }
+        custom.create_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, THEIRS, "rayjobs", body)
+
+    def by_rayjob() -> dict[str, float]:
+        out = {}
+        for cluster, obj in list(clusters.objects.items()):
+            origin = (obj["metadata"].get("labels") or {}).get("ray.io/originated-from-cr-name")
+            if origin:
+                out[origin] = clusters.first_seen[cluster]
+        return out
+
+    t_start = time.monotonic()
+    started = create_all(names, create)
+    common.wait_for(lambda: len(by_rayjob()) >= n, 900, f"{n} RayClusters from KubeRay", 1.0)
+    wall = time.monotonic() - t_start
+    clusters.stop()
+    return {
+        "rayjobs": n,
+        "all_rayclusters_after_seconds": round(wall, 2),
+        "rayjob_to_raycluster": common.summary(deltas(started, by_rayjob())),
+    }
+
+
+def settle(api, n: int, timeout: float) -> float:  # type: ignore[no-untyped-def]
+    """Wait until phase 1's jobs stop changing (KubeRay failed their RayJobs, the operator recorded it)."""
+    jobs, t0 = Jobs(api, OURS), time.monotonic()
+    done = lambda: sum(  # noqa: E731
+        1
+        for j in jobs.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, OURS, c.PLURAL)["items"]
+        if (j.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+    )
+    with contextlib.suppress(TimeoutError):
+        common.wait_for(lambda: done() >= n, timeout, "phase-1 jobs to settle", 2.0)
+    return round(time.monotonic() - t0, 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--kuberay-jobs", type=int, default=None, help="RayJobs for phase 2 (default: --jobs)")
+    parser.add_argument("--profile", action="store_true", help="sample the operator with py-spy during phase 1")
+    parser.add_argument("--settle-timeout", type=float, default=180)
+    parser.add_argument("--workers", type=int, default=None, help="operator reconcile workers (MMRL_WORKERS)")
+    parser.add_argument("--out", type=Path, default=common.RESULTS)
+    args = parser.parse_args()
+    n, m = args.jobs, args.kuberay_jobs if args.kuberay_jobs is not None else args.jobs
+    work = Path(tempfile.mkdtemp(prefix="mmrl-bench-latency-"))
+    env = {**common.OPERATOR_ENV, **({"MMRL_WORKERS": str(args.workers)} if args.workers else {})}
+    began = time.monotonic()
+    with (
+        common.cluster(common.gpu_nodes_for(n + m), [OURS, THEIRS]) as (cp, api, _),
+        KubeRayOperator(api, cp.kubeconfig, work / "kuberay.log", namespaces=[OURS, THEIRS]),
+        OperatorProcess(cp.kubeconfig, work / "operator.log", namespaces=[OURS], env=env) as op,
+    ):
+        common.wait_for(lambda: common.metrics_up(op), 60, "operator metrics endpoint")
+        ours = phase_ours(api, op, n, work / "operator-profile.txt" if args.profile else None)
+        print(f"mmrl: apply -> RayCluster   {common.fmt(ours['apply_to_raycluster'])}", flush=True)
+        print(f"mmrl: apply -> first RayJob {common.fmt(ours['apply_to_first_rayjob'])}", flush=True)
+        print(f"      RayCluster -> ready   {common.fmt(ours['raycluster_to_ready'])}", flush=True)
+        print(f"      ready -> first RayJob {common.fmt(ours['ready_to_first_rayjob'])}", flush=True)
+        settled = settle(api, n, args.settle_timeout) if m else 0.0
+        cluster_spec = ours.pop("cluster_spec")
+        theirs = phase_kuberay(api, m, cluster_spec) if m else None
+    result: dict[str, Any] = {"mmrl": ours, "kuberay": theirs, "settle_seconds": settled, "workdir": str(work)}
+    result["operator_workers"] = args.workers or 4
+    if theirs:
+        print(f"KubeRay: RayJob -> RayCluster {common.fmt(theirs['rayjob_to_raycluster'])}", flush=True)
+        for q in ("p50", "p99"):
+            ratio = ours["apply_to_raycluster"][q] / max(theirs["rayjob_to_raycluster"][q], 1e-3)
+            result[f"ratio_{q}_ours_over_kuberay"] = round(ratio, 2)
+        print(f"ratio ours/KubeRay (apply -> RayCluster): p50 {result['ratio_p50_ours_over_kuberay']}x, "
+              f"p99 {result['ratio_p99_ours_over_kuberay']}x", flush=True)  # fmt: skip
+    if ours.get("profile"):
+        print("operator hot spots (inclusive % of samples):")
+        for frame, pct in ours["profile"]["inclusive_pct"][:15]:
+            print(f"  {pct:5.1f}%  {frame}")
+    result["seconds"] = round(time.monotonic() - began, 1)
+    name = "latency-profile" if args.profile else "latency"
+    common.write_result(f"{name}-workers{args.workers}" if args.workers else name, result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

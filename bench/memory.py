@@ -1,0 +1,139 @@
+"""Operator memory with many jobs and nodes, and its API calls per reconcile in steady state.
+
+N GPU nodes (fake ml.p5.48xlarge) are joined, then J jobs are created: R of them train (the KubeRay stand-in, in
+this process, run with `hang`, gives each a ready cluster with a head and a worker pod and a running first
+attempt) and the other J - R are suspended (`spec.suspend: true`: the operator holds and reconciles them, they own
+no children). All J pass through the operator's watches, caches and queue; the split keeps the ramp within
+minutes on 2 shared cores, where a working pass costs about a second (J = 1,000 all training did not reach steady
+state in 7 minutes: 338 jobs reconciled, 7 Running, operator RSS 189 MiB at that point).
+
+The operator runs as its Deployment would, with the production resync period (30 s). Reported: its RSS (now and
+peak, from /proc) after start with the nodes, and in steady state; over a steady-state window, its API requests
+(from the apiserver's audit log, told apart by user agent: the python client's and kopf's) divided by its
+reconciles (its own Prometheus counter), by verb and resource; and how many reconciles per second it managed
+against how many the resync asks.
+
+    python bench/memory.py [--jobs 1000] [--running 50] [--nodes 500] [--window 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+import common
+from mmrl_api import constants as c
+from mmrl_local.kuberay_standin import KubeRayStandIn
+from mmrl_local.operator_process import OperatorProcess
+from tests.support.operator import Jobs
+
+NS = "mem"
+SUSPENDED = {"spec": {"suspend": True}}
+RESYNC_SECONDS = float(common.OPERATOR_ENV["MMRL_RESYNC_SECONDS"])
+OPERATOR_AGENTS = ("OpenAPI-Generator/", "kopf/")  # the kubernetes client inside the operator, and kopf's watches
+
+
+def phases(api: client.ApiClient) -> collections.Counter:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(c.GROUP, c.VERSION, NS, c.PLURAL)["items"]
+    return collections.Counter((j.get("status") or {}).get("phase") for j in items)
+
+
+def steady(api: client.ApiClient, running: int, suspended: int) -> bool:
+    seen = phases(api)
+    return seen["Running"] >= running and seen["Suspended"] >= suspended
+
+
+def audit_counts(path: Path, since: float, until: float) -> collections.Counter:
+    """Operator requests in [since, until] (wall-clock seconds) by 'verb resource', from the audit log."""
+    counts: collections.Counter = collections.Counter()
+    with path.open() as log:
+        for line in log:
+            event = json.loads(line)
+            agent = event.get("userAgent") or ""
+            if event.get("stage") != "ResponseComplete" or not agent.startswith(OPERATOR_AGENTS):
+                continue
+            when = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+            if since <= when <= until:
+                ref = event.get("objectRef") or {}
+                sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+                counts[f"{event['verb']} {ref.get('resource', event.get('requestURI', '?'))}{sub}"] += 1
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--running", type=int, default=50, help="jobs that train; the rest are suspended")
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--window", type=float, default=60.0, help="steady-state seconds to count API calls over")
+    parser.add_argument("--out", type=Path, default=common.RESULTS)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="mmrl-bench-memory-"))
+    audit = work / "audit.log"
+    began = time.monotonic()
+    result: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes, "workdir": str(work)}
+    with common.cluster(args.nodes, [NS], audit_log=audit) as (cp, api, _):
+        standin = KubeRayStandIn(api, default_script="hang", namespaces={NS}, log_dir=work / "rayjobs", resync=5.0)
+        with standin, OperatorProcess(cp.kubeconfig, work / "operator.log", env=common.OPERATOR_ENV) as op:
+            pid = op.proc.pid if op.proc else 0
+            common.wait_for(lambda: common.metrics_up(op), 60, "operator metrics")
+            time.sleep(5)
+            result["rss_mib_with_nodes_only"] = common.rss_mib(pid)[0]
+            jobs = Jobs(api, NS)
+            t0 = time.monotonic()
+            run, held = args.running, args.jobs - args.running
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda i: jobs.create(common.bench_job(f"m-{i}")), range(run)))
+                list(pool.map(lambda i: jobs.create(common.bench_job(f"s-{i}", SUSPENDED)), range(held)))
+            common.wait_for(lambda: steady(api, run, held), 1800, f"{run} Running, {held} Suspended", 5.0)
+            result["steady_after_seconds"] = round(time.monotonic() - t0, 1)
+            print(f"{run} jobs Running, {held} Suspended after {result['steady_after_seconds']}s", flush=True)
+            time.sleep(10)  # let the last passes of the ramp drain
+            r0, s0, w0 = op.metric("mmrl_reconcile_duration_seconds_count"), time.time(), time.monotonic()
+            samples = []
+            while time.monotonic() - w0 < args.window:
+                samples.append(common.rss_mib(pid)[0])
+                time.sleep(2)
+            r1, s1 = op.metric("mmrl_reconcile_duration_seconds_count"), time.time()
+            rss, peak = common.rss_mib(pid)
+            at_end = dict(phases(api))
+    counts = audit_counts(audit, s0, s1)
+    reconciles = int(r1 - r0)
+    requests = sum(n for key, n in counts.items() if not key.startswith("watch "))
+    result.update(
+        {
+            "rss_mib_steady": rss,
+            "rss_mib_steady_max_sampled": max(samples),
+            "rss_mib_peak": peak,
+            "window_seconds": round(s1 - s0, 1),
+            "reconciles_in_window": reconciles,
+            "reconciles_per_second": round(reconciles / (s1 - s0), 2),
+            "reconciles_per_second_asked_by_resync": round(args.jobs / RESYNC_SECONDS, 2),
+            "api_requests_in_window": requests,
+            "api_requests_per_reconcile": round(requests / max(reconciles, 1), 2),
+            "api_requests_by_kind": dict(counts.most_common()),
+            "running": args.running,
+            "phases_at_end": at_end,
+            "seconds": round(time.monotonic() - began, 1),
+        }
+    )
+    print(f"operator RSS: {result['rss_mib_with_nodes_only']} MiB with {args.nodes} nodes; {rss} MiB with "
+          f"{args.jobs} jobs (peak {peak} MiB)")  # fmt: skip
+    per = result["api_requests_per_reconcile"]
+    print(f"steady state: {reconciles} reconciles in {result['window_seconds']}s, {per} API requests per reconcile")
+    print(f"  by kind: {dict(counts.most_common(8))}")
+    common.write_result("memory", result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

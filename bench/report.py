@@ -1,0 +1,244 @@
+"""Write docs/benchmarks.md from the JSON results in bench/out/ (one file per benchmark) and the hand-written
+analysis in bench/notes.md. Run by `make bench` after the benchmarks; run it alone to re-render.
+
+    python bench/report.py [--results bench/out] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import common
+
+TARGETS = {
+    "apply_p99_s": 1.0,
+    "apply_p99_ratio": 2.0,
+    "recovery_p99_s": 2.0,
+    "rss_mib": 200.0,
+}
+
+
+def load(results: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def verdict(value: float | None, target: float) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value <= target else "**missed**"
+
+
+def row(name: str, s: dict[str, Any]) -> str:
+    if not s or not s.get("n"):
+        return f"| {name} | - | - | - | - | - |"
+    return f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p90']:.2f} | {s['p99']:.2f} | {s['max']:.2f} |"
+
+
+STAGES = {
+    "fault_to_stop": "fault → attempt's RayJob deleted (operator)",
+    "stop_to_next_rayjob": "RayJob deleted → next RayJob",
+    "cluster_ready_again_to_next_rayjob": "cluster seen unready and ready again → next RayJob",
+}
+HEADER = "| measurement | n | p50 s | p90 s | p99 s | max s |\n|---|---|---|---|---|---|"
+
+
+def mmrl_rows(ours: dict[str, Any]) -> list[str]:
+    return [
+        row("mmrl: apply → RayCluster", ours["apply_to_raycluster"]),
+        row("mmrl: apply → first RayJob", ours["apply_to_first_rayjob"]),
+        row("  of which RayCluster → ready (KubeRay, scheduler, kwok)", ours["raycluster_to_ready"]),
+        row("  of which ready → first RayJob (operator)", ours["ready_to_first_rayjob"]),
+    ]
+
+
+def section_latency(r: dict[str, Any]) -> list[str]:
+    ours, theirs = r["mmrl"], r.get("kuberay") or {}
+    out = [
+        f"## Latency: {ours['jobs']} jobs applied at once (real KubeRay)",
+        "",
+        HEADER,
+        *mmrl_rows(ours),
+        row(f"KubeRay: RayJob → RayCluster ({theirs.get('rayjobs', 0)} RayJobs)", theirs.get("rayjob_to_raycluster")),
+        "",
+        f"Ratio ours/KubeRay (apply → RayCluster): p50 {r.get('ratio_p50_ours_over_kuberay', '-')}x, "
+        f"p99 {r.get('ratio_p99_ours_over_kuberay', '-')}x. Operator: {ours['reconciles']} reconciles, "
+        f"{ours['reconcile_seconds_mean']} s each on average; RSS {ours['operator_rss_mib']} MiB. "
+        f"Whole run {r['seconds']} s.",
+    ]
+    return out
+
+
+def section_workers(r: dict[str, Any]) -> list[str]:
+    ours = r["mmrl"]
+    return [
+        f"## Latency with {r['operator_workers']} reconcile workers (MMRL_WORKERS; default 4), {ours['jobs']} jobs",
+        "",
+        HEADER,
+        *mmrl_rows(ours),
+        "",
+        f"{ours['reconciles']} reconciles, {ours['reconcile_seconds_mean']} s each on average.",
+    ]
+
+
+def section_profile(r: dict[str, Any]) -> list[str]:
+    prof = r["mmrl"].get("profile") or {}
+    out = [
+        f"## Profile of the operator during the {r['mmrl']['jobs']}-job run (py-spy, {prof.get('samples', 0)} samples)",
+        "",
+        "Latency under the sampler: " + f"apply → RayCluster {common.fmt(r['mmrl']['apply_to_raycluster'])}.",
+        "",
+        "Where the samples are: the innermost operator function on the stack (worker threads), else kopf's event",
+        "processing (its asyncio thread and the thread pool it runs sync handlers in) or the Python runtime.",
+        "",
+        "| % of samples | where |",
+        "|---|---|",
+    ]
+    out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("where_pct", [])[:15]]
+    out += ["", "| inclusive % | function (file) |", "|---|---|"]
+    out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("inclusive_pct", [])[6:25]]
+    out += ["", "| self % | function (file) |", "|---|---|"]
+    out += [f"| {pct} | `{frame}` |" for frame, pct in prof.get("self_pct", [])[:15]]
+    return out
+
+
+def section_recovery(r: dict[str, Any]) -> list[str]:
+    return [
+        f"## Recovery: {r['faults']} faults with {r['jobs']} jobs running (KubeRay stand-in)",
+        "",
+        HEADER,
+        row("fault label → next attempt's RayJob", r["fault_to_next_rayjob"]),
+        *(row(f"  {kind}", s) for kind, s in r["by_kind"].items()),
+        *(row(f"  stage: {STAGES[k]}", s) for k, s in (r.get("stages") or {}).items()),
+        "",
+        f"Next attempt created while the job had no Running worker pod: "
+        f"{len(r.get('next_attempt_before_worker_running', []))} of {r['faults']}. Whole run {r['seconds']} s.",
+    ]
+
+
+def section_memory(r: dict[str, Any]) -> list[str]:
+    kinds = ", ".join(f"{k}: {v}" for k, v in list(r["api_requests_by_kind"].items())[:10])
+    return [
+        f"## Memory and API calls: {r['jobs']} jobs ({r.get('running', r['jobs'])} training, the rest suspended), "
+        f"{r['nodes']} nodes (KubeRay stand-in)",
+        "",
+        f"- operator RSS with {r['nodes']} nodes and no job: {r['rss_mib_with_nodes_only']} MiB",
+        f"- operator RSS with {r['jobs']} jobs (steady state): {r['rss_mib_steady']} MiB; "
+        f"peak (VmHWM) {r['rss_mib_peak']} MiB",
+        f"- steady state {r['steady_after_seconds']} s after the jobs were created; phases at the end: "
+        f"{r['phases_at_end']}",
+        f"- steady state over {r['window_seconds']} s: {r['reconciles_in_window']} reconciles "
+        f"({r['reconciles_per_second']}/s; the 30 s resync alone asks for "
+        f"{r['reconciles_per_second_asked_by_resync']}/s), "
+        f"{r['api_requests_in_window']} API requests (watches excluded) = **{r['api_requests_per_reconcile']} per "
+        "reconcile**",
+        f"- requests by kind: {kinds}",
+        f"- whole run {r['seconds']} s",
+    ]
+
+
+def section_chaos(r: dict[str, Any]) -> list[str]:
+    return [
+        f"## Chaos: {r['jobs']} job lifecycles, {r['operator_kills']} SIGKILLs, {r['node_faults']} node faults",
+        "",
+        f"- duplicates: **{r['duplicates']}** ({json.dumps(r['duplicate_detail'])})",
+        f"- converged: **{r['converged']}/{r['jobs']}** Succeeded ({r['phases']}); {r['attempts_total']} attempts",
+        "",
+        HEADER,
+        row("job created → Succeeded", r["time_to_converge"]),
+        row("operator (re)start → serving (imports, kopf start)", r.get("operator_start_to_serving", {})),
+        "",
+        f"Last SIGKILL → all converged: {r['last_kill_to_all_converged_seconds']} s. Whole run {r['seconds']} s.",
+    ]
+
+
+def section_trainer(r: dict[str, Any]) -> list[str]:
+    out = [
+        f"## Trainer (CPU, {r['threads']} torch thread, {r['steps']} steps x {r.get('repeat', 1)} runs per side, "
+        "tiny Qwen3-VL, LoRA r=8)",
+        "",
+        "| prompts x samples | mmrl local s/step p50 (p90) | plain TRL s/step p50 (p90) |",
+        "|---|---|---|",
+    ]
+    for x in r["rows"]:
+        m, t = x["mmrl_local"], x["plain_trl"]
+        out.append(
+            f"| {x['prompts']} x {x['samples']} | {m['p50']:.3f} ({m['p90']:.3f}) | {t['p50']:.3f} ({t['p90']:.3f}) |"
+        )
+    ck = r["checkpoint"]
+    out += ["", f"Checkpoint ({ck['checkpoint_mib']} MiB): save {ck['save_s']} s, load {ck['load_s']} s."]
+    return out
+
+
+def load_note(r: dict[str, Any]) -> str:
+    m = r.get("machine") or {}
+    load = m.get("load_1m", m.get("load_1m_at_start"))
+    return f"1-minute load average on the 2 cores when this result was written: {load}"
+
+
+def render(res: dict[str, dict[str, Any]], notes: str) -> str:
+    any_result = next(iter(res.values()), {})
+    m = any_result.get("machine") or common.machine()
+    lat, rec, mem = res.get("latency"), res.get("recovery"), res.get("memory")
+    p99 = lat["mmrl"]["apply_to_raycluster"]["p99"] if lat else None
+    p99_rayjob = lat["mmrl"]["apply_to_first_rayjob"]["p99"] if lat else None
+    ratio = lat.get("ratio_p99_ours_over_kuberay") if lat else None
+    rec_p99 = rec["fault_to_next_rayjob"]["p99"] if rec else None
+    rss = max(mem["rss_mib_steady"], mem["rss_mib_peak"]) if mem else None
+    n_early = len((rec or {}).get("next_attempt_before_worker_running", []))
+    early = f" ({n_early} of {rec['faults']} next attempts started before the worker ran, see 9)" if n_early else ""
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `make bench` (bench/report.py) from bench/out/*.json; the analysis at the end is bench/notes.md.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB memory, Python {m['python']}, "
+        f"Linux {m['kernel']}. The machine is shared with other workers (the load average under each section), so "
+        "figures are noisy. Control plane: etcd + kube-apiserver + "
+        "controller-manager + scheduler + kwok from local/, KubeRay ray-operator v1.5.1 built from its Go module.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | verdict |",
+        "|---|---|---|",
+        f"| p99 apply → children ≤ {TARGETS['apply_p99_s']} s | RayCluster {p99} s, first RayJob {p99_rayjob} s "
+        f"| {verdict(p99_rayjob or p99, TARGETS['apply_p99_s'])} |",
+        f"| p99 ≤ {TARGETS['apply_p99_ratio']}x KubeRay's | {ratio}x | {verdict(ratio, TARGETS['apply_p99_ratio'])} |",
+        f"| recovery p99 ≤ {TARGETS['recovery_p99_s']} s | {rec_p99} s{early} "
+        f"| {verdict(rec_p99, TARGETS['recovery_p99_s'])} |",
+        f"| RSS ≤ {TARGETS['rss_mib']} MiB | {rss} MiB | {verdict(rss, TARGETS['rss_mib'])} |",
+        "",
+    ]
+    sections = (
+        ("latency", section_latency),
+        ("latency-profile", section_profile),
+        ("recovery", section_recovery),
+        ("memory", section_memory),
+        ("chaos", section_chaos),
+        ("trainer", section_trainer),
+    )
+    for name, render_section in sections:
+        if name in res:
+            lines += [*render_section(res[name]), "", f"_{load_note(res[name])}_", ""]
+        if name == "latency-profile":
+            for other in sorted(n for n in res if n.startswith("latency-workers")):
+                lines += [*section_workers(res[other]), "", f"_{load_note(res[other])}_", ""]
+    return "\n".join(lines) + "\n" + notes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=common.RESULTS)
+    parser.add_argument("--out", type=Path, default=common.ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+    notes_path = Path(__file__).with_name("notes.md")
+    notes = notes_path.read_text() if notes_path.exists() else ""
+    args.out.write_text(render(load(args.results), notes))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
