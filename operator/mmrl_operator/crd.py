@@ -224,7 +224,7 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),  # callers may edit their copy
                     "schema": {"openAPIV3Schema": root},
                 }
             ],

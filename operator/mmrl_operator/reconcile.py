@@ -434,7 +434,7 @@ class _Decider:
                 self.plan.delete.append(Delete("v1", "Pod", pod.name))
             self.set_phase("Recovering", f"replacing {len(stale)} Ray pods built from the previous spec")
             return
-        lingering = self.previous_attempt_lingers()
+        lingering = self.previous_attempt_lingers() or (self.ray_pods_not_in_place() if self.status.attempt else None)
         if lingering is not None:
             self.set_phase("Recovering", f"waiting before attempt {self.status.attempt + 1}: {lingering}")
             return
@@ -480,6 +480,19 @@ class _Decider:
             verdict = self.obs.nodes.get(pod.node or "")
             if verdict is not None and verdict.stop:
                 return f"Ray pod {pod.name} is still on node {pod.node} ({verdict.reason})"
+        return None
+
+    def ray_pods_not_in_place(self) -> str | None:
+        """After an attempt ended, the next one waits for a full set of Running, scheduled Ray pods: KubeRay's
+        ready counts lag behind pods the operator (or a node fault) just removed, and a replacement pod not yet
+        scheduled could still land on a node whose fault the scheduler has not been told about."""
+        live = [p for p in self.obs.pods if p.component in ("ray-head", "ray-worker") and not p.terminating]
+        waiting = [p.name for p in live if p.phase != "Running" or not p.node]
+        if waiting:
+            return f"Ray pod {waiting[0]} is not running yet"
+        want = 1 + desired_workers(self.obs.raycluster or {})
+        if len(live) < want:
+            return f"{len(live)} of {want} Ray pods exist"
         return None
 
     def succeed(self, cur: Attempt) -> None:

@@ -247,7 +247,7 @@ def test_suspend_deletes_cluster_and_job_and_resume_does_not_charge_a_restart() 
     resumed = decide(r, 3, Observed(), T0)
     assert "RayCluster/geo" in kinds(resumed) and resumed.status["phase"] == "Recovering"
     r = advance(r, resumed)
-    started = decide(r, 3, Observed(raycluster=ready_cluster(r)), T0)
+    started = decide(r, 3, Observed(raycluster=ready_cluster(r), pods=PODS), T0)
     assert kinds(started)[-1] == "RayJob/geo-a2" and started.status["attempts"][1]["cause"] == "resume"
     assert started.status.get("restarts", {}) == {}
 
@@ -408,3 +408,23 @@ def test_a_cluster_change_during_an_attempt_waits_and_is_applied_between_attempt
     new_hash = ready_cluster(after)["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
     fresh = [PodInfo(p.name + "-new", p.component, p.node, later, p.phase, spec_hash=new_hash) for p in PODS]
     assert "RayJob/geo-a2" in kinds(decide(after, 2, Observed(raycluster=ready_cluster(after), pods=fresh), later))
+
+
+def test_the_next_attempt_waits_for_a_full_set_of_running_ray_pods() -> None:
+    """KubeRay's ready counts lag behind pods just removed: after a stopped attempt, the next one starts only when
+    the head and every worker exist, are scheduled and Running."""
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0))
+    stopped = decide(
+        j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Failed", "FAILED")}, pods=PODS), T0
+    )
+    j = advance(j, stopped)
+    later = T0 + timedelta(minutes=5)
+    head_only = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS[:1]), later)
+    assert "RayJob/geo-a2" not in kinds(head_only) and "1 of 2 Ray pods exist" in head_only.status["message"]
+    pending = PodInfo("geo-worker-2", "ray-worker", None, later, "Pending")
+    unscheduled = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=[PODS[0], pending]), later)
+    assert "RayJob/geo-a2" not in kinds(unscheduled) and "geo-worker-2 is not running" in unscheduled.status["message"]
+    ready = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), later)
+    assert kinds(ready)[-1] == "RayJob/geo-a2"
