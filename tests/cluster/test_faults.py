@@ -64,8 +64,11 @@ def assert_recovered_once_from_infra(
     status = jobs.status(name)
     first, second = status["attempts"]
     assert first["result"] in first_result and first["failure"] == "infra"
-    if node:
-        assert first["node"] == node
+    if node and first["result"] == "Stopped":
+        assert first["node"] == node  # the operator's own node verdict names the node
+    elif node:
+        # Ray failed first; the operator classified it from the lost pod, and names the node only if it saw it.
+        assert first.get("node") in (None, node)
     assert second["cause"] == "infra" and second["result"] == "Succeeded"
     assert status["restarts"] == {"infra": 1}
     # A stopped attempt's RayJob is deleted (that is how a Ray job is stopped); a failed one may remain.
