@@ -2,7 +2,10 @@
 
 This is the only place that connects the pure decision (`reconcile.decide`) to the API (`kube.Kube`). The job
 is read fresh from the apiserver on every pass (never from a watch cache), so a pass never decides on a status
-older than the previous pass's write. `progress` is owned by the trainer and never written here.
+older than the previous pass's write. Its children come from the watch caches when the operator has them
+(`caches.Caches`): a cache may be a moment behind, which only delays a decision, except for the ones that start
+or stop an attempt: those are decided once more on a fresh LIST before they are carried out. `progress` is owned
+by the trainer and never written here.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from mmrl_api.job import MultimodalRLJob
 from mmrl_operator import metrics
 from mmrl_operator.builders import inference
 from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
+from mmrl_operator.caches import Caches
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import ApplyRejected, JobGone, Kube
 from mmrl_operator.names import attempt_of, inference_name, raycluster_name
@@ -32,22 +36,25 @@ log = logging.getLogger("mmrl.controller")
 TRAINER_OWNED = "progress"  # status.progress is written by the trainer only
 
 NodeLookup = Callable[[str], "dict[str, Any] | None"]
+ListOwned = Callable[[str, str, str, str], "list[dict[str, Any]]"]  # (apiVersion, kind, namespace, job)
 
 
-def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = None) -> Observed:
+def observe(
+    kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = None, list_owned: ListOwned | None = None
+) -> Observed:
+    """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs."""
     ns, name = job.namespace, job.name
+    owned = list_owned or kube.list_owned
     clusters = [
-        o
-        for o in kube.list_owned(c.RAY_API_VERSION, "RayCluster", ns, name)
-        if o["metadata"]["name"] == raycluster_name(name)
+        o for o in owned(c.RAY_API_VERSION, "RayCluster", ns, name) if o["metadata"]["name"] == raycluster_name(name)
     ]
     rayjobs: dict[int, dict[str, Any]] = {}
-    for obj in kube.list_owned(c.RAY_API_VERSION, "RayJob", ns, name):
+    for obj in owned(c.RAY_API_VERSION, "RayJob", ns, name):
         attempt = attempt_of(obj["metadata"]["name"], name)
         if attempt is not None:
             rayjobs[attempt] = obj
     pods, inference_pods = [], []
-    for p in kube.list_owned("v1", "Pod", ns, name):
+    for p in owned("v1", "Pod", ns, name):
         meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
         if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) == inference.COMPONENT:
             inference_pods.append(p)
@@ -69,7 +76,7 @@ def observe(kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = N
     nodes = {}
     for node_name in sorted({p.node for p in pods if p.node}):
         nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
-    serving = observe_serving(kube, job, inference_pods) if trained(job) else ServingObserved()
+    serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
     return Observed(
         raycluster=clusters[0] if clusters else None, rayjobs=rayjobs, pods=pods, nodes=nodes, serving=serving
     )
@@ -79,12 +86,15 @@ def trained(job: MultimodalRLJob) -> bool:
     return job.status is not None and job.status.phase in ("Succeeded", "Serving")
 
 
-def observe_serving(kube: Kube, job: MultimodalRLJob, pods: list[dict[str, Any]]) -> ServingObserved:
+def observe_serving(
+    kube: Kube, job: MultimodalRLJob, pods: list[dict[str, Any]], list_owned: ListOwned | None = None
+) -> ServingObserved:
     """The inference Deployment and Service, their pods' problems, and — only when the Deployment is Available —
     the adapter listing from /v1/models through the Service (the apiserver's service proxy)."""
     ns, name = job.namespace, inference_name(job.name)
-    deps = [o for o in kube.list_owned("apps/v1", "Deployment", ns, job.name) if o["metadata"]["name"] == name]
-    svcs = [o for o in kube.list_owned("v1", "Service", ns, job.name) if o["metadata"]["name"] == name]
+    owned = list_owned or kube.list_owned
+    deps = [o for o in owned("apps/v1", "Deployment", ns, job.name) if o["metadata"]["name"] == name]
+    svcs = [o for o in owned("v1", "Service", ns, job.name) if o["metadata"]["name"] == name]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     check_failure = next((f for p in live if (f := adapter_check_failure(p))), None)
     problem = next((pr for p in live if (pr := pod_problem(p))), None)
@@ -135,8 +145,24 @@ def _invalid(kube: Kube, raw: dict[str, Any], error: str, now: datetime) -> None
     kube.event(raw, "Warning", "InvalidSpec", error)
 
 
+def starts_or_stops(plan: Plan, status: dict[str, Any]) -> bool:
+    """Whether carrying out `plan` starts or stops an attempt: it creates a RayJob, deletes anything, or changes the
+    attempt history or restart budget. Only these are worth a fresh read when the plan came from a cache."""
+    return (
+        bool(plan.delete)
+        or any(o.get("kind") == "RayJob" for o in plan.apply)
+        or plan.status.get("attempts") != status.get("attempts")
+        or plan.status.get("restarts") != status.get("restarts")
+    )
+
+
 def reconcile(
-    kube: Kube, namespace: str, name: str, node_lookup: NodeLookup | None = None, now: datetime | None = None
+    kube: Kube,
+    namespace: str,
+    name: str,
+    node_lookup: NodeLookup | None = None,
+    now: datetime | None = None,
+    caches: Caches | None = None,
 ) -> Plan | None:
     """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone)."""
     started = time.perf_counter()
@@ -151,14 +177,23 @@ def reconcile(
         _invalid(kube, raw, f"invalid spec: {exc}", now)
         return None
     generation = raw["metadata"].get("generation", 0)
-    observed = observe(kube, job, node_lookup)
+    lookup = node_lookup or (caches.node if caches else None)
+    observed = observe(kube, job, lookup, caches.owned if caches else None)
     plan = decide(job, generation, observed, now)
+    if caches is not None and starts_or_stops(plan, raw.get("status") or {}):
+        # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far.
+        metrics.FRESH_READS.inc()
+        observed = observe(kube, job, lookup)
+        plan = decide(job, generation, observed, now)
     refused = []
     for obj in plan.apply:
         try:
-            kube.apply(obj)
+            stored = kube.apply(obj)
         except ApplyRejected as exc:
             refused.append(str(exc))
+            continue
+        if caches is not None:
+            caches.wrote(stored)  # the next pass sees our write even before the watch delivers it
     if refused:
         # Decide again knowing the applies failed: the status then says why (Stalled/ApplyFailed) instead of
         # recording an attempt that was never created, while deletes (fault handling) still go ahead.
@@ -166,6 +201,8 @@ def reconcile(
         plan.apply = []
     for d in plan.delete:
         kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)
+        if caches is not None:
+            caches.deleting(d.kind, namespace, d.name)
     for e in plan.events:
         kube.event(raw, e.type, e.reason, e.message)
         metrics.record_event(e.reason)

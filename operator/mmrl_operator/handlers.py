@@ -3,7 +3,9 @@
 Only `on.event` handlers are used: they add no finalizers and write no annotations on anyone's objects (kopf's
 timers and daemons would add a finalizer to every job, which an operator that is down turns into a blocked
 delete). Time-based work (backoff, hang detection, ttl) is a delayed requeue; a periodic resync covers anything
-missed. Nodes and our pods are cached from their own watches so a node event finds the jobs it affects.
+missed. kopf watches the jobs and the inference Deployments; nodes and the jobs' RayClusters, RayJobs and pods —
+the high-volume kinds — come through the operator's own informers (`caches.Caches`), which keep slim copies the
+passes read instead of listing, and wake the affected jobs.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import kopf
 
 from mmrl_api import constants as c
 from mmrl_operator import metrics
+from mmrl_operator.caches import Caches
 from mmrl_operator.controller import TRAINER_OWNED, reconcile
-from mmrl_operator.health import health_signature
 from mmrl_operator.kube import Kube, StatusConflict
 from mmrl_operator.leader import LeaderElector
 from mmrl_operator.workqueue import Key, WorkQueue
@@ -33,8 +35,9 @@ JOB_RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
 CHILD_RESOURCES = (
     (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
     (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
-    ("apps", "v1", "deployments"),  # the inference Deployment: roll-outs and availability
+    ("apps", "v1", "deployments"),
 )
+KOPF_CHILD_RESOURCES = (("apps", "v1", "deployments"),)  # the inference Deployment: roll-outs and availability
 
 
 @dataclass
@@ -44,34 +47,13 @@ class Runtime:
     elector: LeaderElector | None
     resync_seconds: float
     namespaces: list[str] = field(default_factory=list)  # watched namespaces; empty: cluster-wide
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pod_nodes: dict[tuple[str, str], tuple[str, Key]] = field(default_factory=dict)  # pod -> (node, job)
     phases: dict[Key, str] = field(default_factory=dict)
     fingerprints: dict[Key, str] = field(default_factory=dict)  # see job_fingerprint
     stop: threading.Event = field(default_factory=threading.Event)
+    caches: Caches = field(init=False)
 
-    def node(self, name: str) -> dict[str, Any] | None:
-        """The node from the watch cache; a miss is not a deletion: the watch may not have delivered it yet (just
-        restarted, a node that joined a moment ago). Only the apiserver's 404 means the node is gone."""
-        cached = self.nodes.get(name)
-        if cached is not None:
-            return cached
-        found = self.kube.get_node(name)
-        if found is not None:
-            self.nodes.setdefault(name, found)
-        return found
-
-    def prime(self) -> None:
-        """Fill the node and pod caches from one LIST each before any reconcile runs, so the first passes after a
-        (re)start see every node and every pod of every job, not whatever the watches delivered so far."""
-        for node in self.kube.list_nodes():
-            self.nodes.setdefault(node["metadata"]["name"], node)
-        for pod in self.kube.list_job_pods(self.namespaces):
-            meta = pod["metadata"]
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node:
-                key = (meta["namespace"], meta["name"])
-                self.pod_nodes.setdefault(key, (node, (meta["namespace"], meta["labels"][c.LABEL_JOB])))
+    def __post_init__(self) -> None:
+        self.caches = Caches(self.kube, self.namespaces, wake=self.queue.add)
 
 
 RUNTIME: Runtime | None = None
@@ -86,7 +68,7 @@ def install(runtime: Runtime) -> None:
 def reconcile_key(key: Key) -> float | None:
     assert RUNTIME is not None
     try:
-        plan = reconcile(RUNTIME.kube, key[0], key[1], node_lookup=RUNTIME.node)
+        plan = reconcile(RUNTIME.kube, key[0], key[1], caches=RUNTIME.caches)
     except StatusConflict:
         metrics.STATUS_CONFLICTS.inc()
         return 0.0  # decided on a stale read: decide again now, from a fresh GET
@@ -114,7 +96,7 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # (customresourcedefinitions; namespaces when it watches only some) that nothing else needs. It watches the
     # given namespaces, or the whole cluster, for the resources served at start (run.py waits for ours).
     settings.scanning.disabled = True
-    RUNTIME.prime()
+    RUNTIME.caches.start()  # every node and child listed before any pass runs
     if RUNTIME.elector:
         RUNTIME.elector.start()
     RUNTIME.queue.start()
@@ -126,6 +108,7 @@ def _cleanup(**_: Any) -> None:
     if RUNTIME:
         RUNTIME.stop.set()
         RUNTIME.queue.stop()
+        RUNTIME.caches.stop()
         if RUNTIME.elector:
             RUNTIME.elector.stop()
 
@@ -166,31 +149,5 @@ def _child_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     RUNTIME.queue.add((namespace, labels[c.LABEL_JOB]))
 
 
-for _group, _version, _plural in CHILD_RESOURCES:
+for _group, _version, _plural in KOPF_CHILD_RESOURCES:
     kopf.on.event(_group, _version, _plural, labels={c.LABEL_JOB: kopf.PRESENT}, id=f"child-{_plural}")(_child_event)
-
-
-@kopf.on.event("", "v1", "pods", labels={c.LABEL_JOB: kopf.PRESENT})
-def _pod_event(type: str | None, name: str, namespace: str, labels: dict[str, str], spec: Any, **_: Any) -> None:
-    assert RUNTIME is not None
-    job = (namespace, labels[c.LABEL_JOB])
-    if type == "DELETED":
-        RUNTIME.pod_nodes.pop((namespace, name), None)
-    elif spec.get("nodeName"):
-        RUNTIME.pod_nodes[(namespace, name)] = (spec["nodeName"], job)
-    RUNTIME.queue.add(job)
-
-
-@kopf.on.event("", "v1", "nodes")
-def _node_event(type: str | None, name: str, body: kopf.Body, **_: Any) -> None:
-    assert RUNTIME is not None
-    before = health_signature(RUNTIME.nodes.get(name))
-    if type == "DELETED":
-        RUNTIME.nodes.pop(name, None)
-    else:
-        RUNTIME.nodes[name] = {"metadata": dict(body.metadata), "spec": dict(body.spec), "status": dict(body.status)}
-    if health_signature(RUNTIME.nodes.get(name)) == before:
-        return  # heartbeats and unrelated edits change no verdict: wake no job
-    for node, job in list(RUNTIME.pod_nodes.values()):
-        if node == name:
-            RUNTIME.queue.add(job)

@@ -145,11 +145,12 @@ class Kube:
         return any(r.name == plural for r in found.resources)
 
     # --- writes --------------------------------------------------------------------------------------------
-    def apply(self, obj: dict[str, Any]) -> None:
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply; returns the object as the apiserver stored it."""
         self.calls += 1
         meta = obj["metadata"]
         try:
-            self._resource(obj["apiVersion"], obj["kind"], "create", "patch").server_side_apply(
+            stored = self._resource(obj["apiVersion"], obj["kind"], "create", "patch").server_side_apply(
                 body=obj,
                 name=meta["name"],
                 namespace=meta.get("namespace"),
@@ -162,6 +163,7 @@ class Kube:
                 raise ApplyRejected(obj["kind"], meta["name"], exc.status, _api_message(exc.body)) from exc
             raise
         self._wrote()
+        return stored.to_dict()  # type: ignore[no-any-return]
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, grace: int | None = None) -> bool:
         self.calls += 1

@@ -17,6 +17,9 @@ STATUS_CONFLICTS = Counter("mmrl_status_conflicts_total", "Status writes refused
 PROGRESS_ONLY_EVENTS = Counter(
     "mmrl_progress_only_events_total", "Job updates that changed only the trainer's progress (no reconcile queued)"
 )
+FRESH_READS = Counter(
+    "mmrl_fresh_reads_total", "Passes whose cached view would start or stop an attempt, decided again on fresh LISTs"
+)
 NODE_FAULTS = Counter("mmrl_node_faults_total", "Node faults seen on nodes hosting job pods")
 
 _EVENT_COUNTERS = {

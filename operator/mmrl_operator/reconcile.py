@@ -224,8 +224,12 @@ class _Decider:
 
     def ensure_children(self) -> None:
         first_time = self.status.observed_generation != self.gen or self.obs.raycluster is None
+        late: list[dict[str, Any]] = []
         if first_time:
-            self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]
+            # KubeRay needs the ServiceAccount and the pods the ConfigMap before it can start the cluster; the Role
+            # and binding only matter once the trainer runs, so the RayCluster goes before them.
+            service_account, *late = build_rbac(self.job)
+            self.plan.apply += [service_account, build_config_map(self.job)]
         desired = build_raycluster(self.job)
         current_hash = ((self.obs.raycluster or {}).get("metadata", {}).get("annotations") or {}).get(
             SPEC_HASH_ANNOTATION
@@ -243,6 +247,7 @@ class _Decider:
             else:
                 self.plan.apply.append(desired)
                 self.event("Normal", "RayClusterUpdated", "applied the changed Ray cluster spec")
+        self.plan.apply += late
         self.status.ray_cluster = desired["metadata"]["name"]
 
     def watch_nodes(self) -> None:
@@ -439,8 +444,10 @@ class _Decider:
             self.set_phase("Recovering", f"waiting before attempt {self.status.attempt + 1}: {lingering}")
             return
         n = self.status.attempt + 1
-        if self.status.observed_generation == self.gen and self.obs.raycluster is not None:
-            self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]  # heal deleted static children
+        if n > 1 and self.status.observed_generation == self.gen and self.obs.raycluster is not None:
+            # A retry heals static children deleted while the last attempt ran (the first attempt's were applied
+            # by the pass that created the cluster for this generation: applying them again would be 4 no-ops).
+            self.plan.apply += [*build_rbac(self.job), build_config_map(self.job)]
         self.plan.apply.append(build_rayjob(self.job, n))
         # The trainer resumes from the newest complete checkpoint it finds; it reports which (resumedFromStep).
         ckpt = self.status.progress.last_checkpoint

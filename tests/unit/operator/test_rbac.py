@@ -12,7 +12,7 @@ import pytest
 
 import mmrl_operator.handlers  # noqa: F401  (registers the kopf handlers)
 from mmrl_api import constants as c
-from mmrl_operator import rbac
+from mmrl_operator import caches, rbac
 from mmrl_operator.builders.common import owner_reference
 from mmrl_operator.builders.raycluster import build_raycluster
 from mmrl_operator.builders.rayjob import build_rayjob
@@ -52,12 +52,14 @@ def test_require_refuses_a_call_the_table_does_not_declare() -> None:
         rbac.require("", "pods", "list", "update")
 
 
-def test_every_resource_kopf_watches_is_declared_for_list_and_watch() -> None:
+def test_every_resource_the_operator_watches_is_declared_for_list_and_watch() -> None:
     # kopf has no public accessor for its registered watchers; the registry's own attribute is read here.
     selectors = [h.selector for h in kopf.get_default_registry()._watching.get_all_handlers()]
     watched = {(s.group, s.any_name) for s in selectors}
-    assert {("", "nodes"), ("", "pods"), (c.GROUP, c.PLURAL), (c.RAY_GROUP, "rayjobs")} <= watched
-    for group, resource in watched:
+    assert {(c.GROUP, c.PLURAL), ("apps", "deployments")} <= watched
+    informed = {(k.group, k.plural) for k in (caches.NODES, *(kind for kind, _ in caches.KINDS.values()))}
+    assert {("", "nodes"), ("", "pods"), (c.RAY_GROUP, "rayjobs"), (c.RAY_GROUP, "rayclusters")} <= informed
+    for group, resource in watched | informed:
         rbac.require(group, resource, "list", "watch")
 
 

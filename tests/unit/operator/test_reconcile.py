@@ -42,7 +42,8 @@ def ready_cluster(j) -> dict:
 def test_new_job_creates_rbac_config_and_cluster_but_no_rayjob_until_ready() -> None:
     j = job()
     plan = decide(j, 1, Observed(), T0)
-    assert kinds(plan) == [*STATIC, "RayCluster/geo"]
+    # The RayCluster goes right after what its pods need (ServiceAccount, ConfigMap), before the trainer's RBAC.
+    assert kinds(plan) == [STATIC[0], STATIC[3], "RayCluster/geo", STATIC[1], STATIC[2]]
     assert plan.status["phase"] == "Provisioning" and plan.status["observedGeneration"] == 1
     assert cond(plan, "Reconciling") == "True" and cond(plan, "Ready") == "False"
     assert plan.status["jobDir"] == "/fsx/mmrl/team/geo-0f1e2d3c"
@@ -52,8 +53,8 @@ def test_ready_cluster_starts_attempt_one_once() -> None:
     j = job()
     j = advance(j, decide(j, 1, Observed(), T0))
     plan = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
-    # Static children are re-applied at each attempt start (heals a deleted ConfigMap); the cluster is not.
-    assert kinds(plan) == [*STATIC, "RayJob/geo-a1"]
+    # The first attempt needs only its RayJob: the static children were applied with the cluster, this generation.
+    assert kinds(plan) == ["RayJob/geo-a1"]
     assert plan.status["attempt"] == 1 and plan.status["phase"] == "Running"
     assert plan.status["attempts"][0]["cause"] == "initial"
     # The same world observed again (RayJob now exists): nothing new is created.
@@ -100,6 +101,7 @@ def test_application_failure_backs_off_then_retries_on_same_cluster() -> None:
     world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob("Complete", "FAILED")}, pods=PODS)
     assert kinds(decide(j, 1, world, T0 + timedelta(seconds=10))) == []
     retry = decide(j, 1, world, T0 + timedelta(seconds=31))
+    # A retry heals static children deleted while the last attempt ran.
     assert kinds(retry) == [*STATIC, "RayJob/geo-a2"] and retry.status["attempts"][1]["cause"] == "application"
 
 
