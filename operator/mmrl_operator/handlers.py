@@ -82,7 +82,7 @@ def reconcile_key(key: Key) -> float | None:
 def _resync_loop(runtime: Runtime) -> None:
     while not runtime.stop.wait(runtime.resync_seconds):
         for key in list(runtime.phases):
-            runtime.queue.add(key)
+            runtime.queue.add(key, low=True)  # behind every event-driven pass
         metrics.set_phases(list(runtime.phases.values()))
 
 

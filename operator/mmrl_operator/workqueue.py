@@ -6,6 +6,10 @@ its status. Failures are retried with capped exponential backoff — never an en
 has at most one pending deadline, the earliest asked for: every pass recomputes when it next needs to run, so an
 earlier wake-up loses nothing, and memory stays bounded however often a job asks (a week-long ttl and a 30 s
 backoff do not pile up entries).
+
+Keys added with `low=True` (the periodic resync) wait behind every other key: with a thousand jobs the resync
+asks for dozens of passes a second, and a node fault's pass must not queue behind them. An event for a key that
+waits at low priority promotes it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ class WorkQueue:
         self._handler, self._active, self._max_backoff = handler, active, max_backoff
         self._cv = threading.Condition()
         self._ready: list[Key] = []
+        self._low: list[Key] = []  # resync keys; entries no longer in _queued_low were promoted or taken
         self._queued: set[Key] = set()
+        self._queued_low: set[Key] = set()
         self._busy: set[Key] = set()
         self._dirty: set[Key] = set()
         self._delayed: list[tuple[float, Key]] = []  # heap; entries whose time is not _deadline[key] are stale
@@ -53,14 +59,27 @@ class WorkQueue:
             self._stop = True
             self._cv.notify_all()
 
-    def add(self, key: Key) -> None:
+    def add(self, key: Key, low: bool = False) -> None:
         with self._cv:
             if key in self._busy:
                 self._dirty.add(key)  # run again once the current pass ends
-            elif key not in self._queued:
-                self._queued.add(key)
+            else:
+                self._push(key, low)
+
+    def _push(self, key: Key, low: bool = False) -> None:
+        """Queue a key that is not busy (the lock is held)."""
+        if key not in self._queued:
+            self._queued.add(key)
+            if low:
+                self._queued_low.add(key)
+                self._low.append(key)
+            else:
                 self._ready.append(key)
-                self._cv.notify()
+            self._cv.notify()
+        elif not low and key in self._queued_low:
+            self._queued_low.discard(key)  # promoted: its entry in _low is skipped when reached
+            self._ready.append(key)
+            self._cv.notify()
 
     def add_after(self, key: Key, delay: float) -> None:
         with self._cv:
@@ -91,14 +110,22 @@ class WorkQueue:
                     if self._deadline.get(key) != when:
                         continue  # superseded by an earlier deadline that already fired
                     del self._deadline[key]
-                    if key not in self._queued and key not in self._busy:
-                        self._queued.add(key)
-                        self._ready.append(key)
-                    elif key in self._busy:
+                    if key in self._busy:
                         self._dirty.add(key)
+                    else:
+                        self._push(key)
                 for i, key in enumerate(self._ready):
                     if key not in self._busy:
                         del self._ready[i]
+                        self._queued.discard(key)
+                        self._busy.add(key)
+                        return key
+                while self._low and self._low[0] not in self._queued_low:
+                    self._low.pop(0)  # promoted to _ready (or already taken from there)
+                for i, key in enumerate(self._low):
+                    if key in self._queued_low and key not in self._busy:
+                        del self._low[i]
+                        self._queued_low.discard(key)
                         self._queued.discard(key)
                         self._busy.add(key)
                         return key
@@ -111,9 +138,7 @@ class WorkQueue:
             self._busy.discard(key)
             if key in self._dirty:
                 self._dirty.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._ready.append(key)
+                self._push(key)
             self._cv.notify_all()
 
     def _work(self) -> None:

@@ -102,3 +102,29 @@ def test_an_earlier_deadline_fires_once_and_the_later_one_is_dropped() -> None:
     time.sleep(0.8)
     q.stop()
     assert len(fired) == 1 and fired[0] < 0.5
+
+
+def test_resync_keys_wait_behind_event_driven_keys_and_an_event_promotes_one() -> None:
+    order: list[str] = []
+    gate = threading.Event()
+
+    def handler(key):
+        if key[1] == "blocker":
+            gate.wait(2)
+        order.append(key[1])
+        return None
+
+    q = WorkQueue(handler, workers=1)
+    q.start()
+    q.add(("ns", "blocker"))  # holds the only worker while the queue fills
+    wait_for(lambda: ("ns", "blocker") in q._busy)
+    for i in range(5):
+        q.add(("ns", f"resync-{i}"), low=True)
+    q.add(("ns", "fault"))  # a node fault's pass, queued after the resyncs
+    q.add(("ns", "resync-3"))  # an event for a key that waits for its resync: promoted
+    q.add(("ns", "resync-3"), low=True)  # and a later resync does not demote it
+    gate.set()
+    wait_for(lambda: len(order) == 7)
+    q.stop()
+    assert order[:3] == ["blocker", "fault", "resync-3"]
+    assert order[3:] == ["resync-0", "resync-1", "resync-2", "resync-4"]  # each once, in resync order
