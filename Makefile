@@ -18,7 +18,7 @@ VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
 
-.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench kuberay clean-cache
+.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -105,6 +105,24 @@ bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos
 	$(VPY) bench/memory.py $(BENCH_MEMORY)
 	$(VPY) bench/chaos.py --jobs $(BENCH_CHAOS_JOBS)
 	$(VPY) bench/trainer_step.py
+	$(VPY) bench/report.py
+
+# Before/after of an operator change: this checkout's bench/ and local/ drive the operator and API of BEFORE (a git
+# revision), then this checkout's; report.py adds the comparison to docs/benchmarks.md. About 15 minutes.
+BEFORE ?= f2cbb54
+BEFORE_TREE := $(CURDIR)/bench/out/before-tree
+BEFORE_PATH = PYTHONPATH=$(BEFORE_TREE)/api:$(BEFORE_TREE)/operator:$(PYTHONPATH)
+bench-compare: bins kuberay ## latency, recovery and memory: operator at BEFORE=<rev> vs this checkout
+	rm -rf $(BEFORE_TREE) bench/out/before bench/out/after && mkdir -p $(BEFORE_TREE) bench/out/before bench/out/after
+	git archive $(BEFORE) api operator | tar -x -C $(BEFORE_TREE)
+	git rev-parse --short $(BEFORE) > bench/out/before/REVISION
+	git describe --always --dirty > bench/out/after/REVISION
+	$(BEFORE_PATH) $(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --out bench/out/before
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --out bench/out/after
+	$(BEFORE_PATH) $(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS) --out bench/out/before
+	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS) --out bench/out/after
+	$(BEFORE_PATH) $(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/before
+	$(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/after
 	$(VPY) bench/report.py
 
 kuberay: bins ## build (or reuse) the real KubeRay operator (ray-operator v1.5.1) from its Go module

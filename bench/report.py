@@ -178,7 +178,61 @@ def load_note(r: dict[str, Any]) -> str:
     return f"1-minute load average on the 2 cores when this result was written: {load}"
 
 
-def render(res: dict[str, dict[str, Any]], notes: str) -> str:
+COMPARED = (
+    ("latency", "apply → RayCluster", ("mmrl", "apply_to_raycluster")),
+    ("latency", "apply → first RayJob", ("mmrl", "apply_to_first_rayjob")),
+    ("latency", "  ready → first RayJob (operator)", ("mmrl", "ready_to_first_rayjob")),
+    ("recovery", "fault label → next RayJob", ("fault_to_next_rayjob",)),
+)
+SCALARS = (
+    ("latency", "reconcile passes for the 200 jobs", ("mmrl", "reconciles")),
+    ("latency", "mean pass (s)", ("mmrl", "reconcile_seconds_mean")),
+    ("memory", "operator RSS, nodes only (MiB)", ("rss_mib_with_nodes_only",)),
+    ("memory", "operator RSS, all jobs (MiB)", ("rss_mib_steady",)),
+    ("memory", "API requests per steady-state pass", ("api_requests_per_reconcile",)),
+    ("memory", "steady-state passes per second", ("reconciles_per_second",)),
+)
+
+
+def _dig(r: dict[str, Any] | None, path: tuple[str, ...]) -> Any:
+    for key in path:
+        r = (r or {}).get(key)
+    return r
+
+
+def section_compare(results: Path) -> list[str]:
+    """Before/after of an operator change (`make bench-compare BEFORE=<rev>`), if bench/out/before and after exist."""
+    before_dir, after_dir = results / "before", results / "after"
+    if not (before_dir.is_dir() and after_dir.is_dir()):
+        return []
+    before, after = load(before_dir), load(after_dir)
+    rev = lambda d: (d / "REVISION").read_text().strip() if (d / "REVISION").exists() else "?"  # noqa: E731
+    out = [
+        f"## Before/after: operator at {rev(before_dir)} vs {rev(after_dir)} (`make bench-compare`)",
+        "",
+        "Same harness, same machine, run interleaved (before, after) per benchmark.",
+        "",
+        "| measurement | before p50 s | after p50 s | before p99 s | after p99 s |",
+        "|---|---|---|---|---|",
+    ]
+    for bench, label, path in COMPARED:
+        b, a = _dig(before.get(bench), path), _dig(after.get(bench), path)
+        if b and a:
+            out.append(f"| {label} | {b['p50']:.2f} | {a['p50']:.2f} | {b['p99']:.2f} | {a['p99']:.2f} |")
+    out += ["", "| figure | before | after |", "|---|---|---|"]
+    for bench, label, path in SCALARS:
+        b, a = _dig(before.get(bench), path), _dig(after.get(bench), path)
+        if b is not None and a is not None:
+            out.append(f"| {label} | {b} | {a} |")
+    loads = ", ".join(
+        f"{side} {name} {(r.get('machine') or {}).get('load_1m', '?')}"
+        for side, res in (("before", before), ("after", after))
+        for name, r in res.items()
+    )
+    return [*out, "", f"_1-minute load average when each result was written: {loads}._"]
+
+
+def render(res: dict[str, dict[str, Any]], notes: str, compare: list[str] | None = None) -> str:
     any_result = next(iter(res.values()), {})
     m = any_result.get("machine") or common.machine()
     lat, rec, mem = res.get("latency"), res.get("recovery"), res.get("memory")
@@ -219,6 +273,7 @@ def render(res: dict[str, dict[str, Any]], notes: str) -> str:
         ("chaos", section_chaos),
         ("trainer", section_trainer),
     )
+    lines += [*(compare or []), ""] if compare else []
     for name, render_section in sections:
         if name in res:
             lines += [*render_section(res[name]), "", f"_{load_note(res[name])}_", ""]
@@ -235,7 +290,7 @@ def main() -> int:
     args = parser.parse_args()
     notes_path = Path(__file__).with_name("notes.md")
     notes = notes_path.read_text() if notes_path.exists() else ""
-    args.out.write_text(render(load(args.results), notes))
+    args.out.write_text(render(load(args.results), notes, section_compare(args.results)))
     print(f"wrote {args.out}")
     return 0
 

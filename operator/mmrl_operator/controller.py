@@ -151,8 +151,8 @@ def starts_or_stops(plan: Plan, status: dict[str, Any]) -> bool:
     return (
         bool(plan.delete)
         or any(o.get("kind") == "RayJob" for o in plan.apply)
-        or plan.status.get("attempts") != status.get("attempts")
-        or plan.status.get("restarts") != status.get("restarts")
+        or (plan.status.get("attempts") or []) != (status.get("attempts") or [])
+        or (plan.status.get("restarts") or {}) != (status.get("restarts") or {})
     )
 
 
@@ -166,7 +166,7 @@ def reconcile(
 ) -> Plan | None:
     """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone)."""
     started = time.perf_counter()
-    calls_before = kube.calls
+    calls_before = kube.thread_calls()
     now = now or datetime.now(UTC).replace(microsecond=0)
     raw = kube.get_job(namespace, name)
     if raw is None or raw["metadata"].get("deletionTimestamp"):
@@ -225,6 +225,6 @@ def reconcile(
         plan.status.get("attempt"),
         len(plan.apply),
         len(plan.delete),
-        kube.calls - calls_before,
+        kube.thread_calls() - calls_before,
     )
     return plan

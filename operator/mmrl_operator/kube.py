@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,7 +65,8 @@ class Kube:
         self.dyn = DynamicClient(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
-        self.calls = 0
+        self.calls = 0  # every request of this process
+        self._thread = threading.local()  # and of the current thread: the reconcile passes run on 4 workers
         self.writes = 0
         crash = os.environ.get("MMRL_CRASH_AFTER_WRITES")
         self._crash_after = int(crash) if crash else None
@@ -74,6 +76,14 @@ class Kube:
         require(resource.group, resource.name, *verbs)
         return resource
 
+    def _count(self) -> None:
+        self.calls += 1
+        self._thread.calls = self.thread_calls() + 1
+
+    def thread_calls(self) -> int:
+        """Requests made so far by the calling thread (a pass's own calls: the difference around it)."""
+        return getattr(self._thread, "calls", 0)
+
     def _wrote(self) -> None:
         self.writes += 1
         if self._crash_after is not None and self.writes >= self._crash_after:
@@ -82,7 +92,7 @@ class Kube:
 
     # --- reads ---------------------------------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.calls += 1
+        self._count()
         require(c.GROUP, c.PLURAL, "get")
         try:
             return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
@@ -92,14 +102,14 @@ class Kube:
             raise
 
     def list_owned(self, api_version: str, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
-        self.calls += 1
+        self._count()
         result = self._resource(api_version, kind, "list").get(
             namespace=namespace, label_selector=f"{c.LABEL_JOB}={job}"
         )
         return [item.to_dict() for item in result.items]
 
     def list_nodes(self) -> list[dict[str, Any]]:
-        self.calls += 1
+        self._count()
         require(CORE, "nodes", "list")
         return self.api_client.sanitize_for_serialization(self.core.list_node()).get("items") or []
 
@@ -108,7 +118,7 @@ class Kube:
         require(CORE, "pods", "list")
         found = []
         for ns in namespaces or [None]:
-            self.calls += 1
+            self._count()
             if ns is None:
                 result = self.core.list_pod_for_all_namespaces(label_selector=c.LABEL_JOB)
             else:
@@ -117,7 +127,7 @@ class Kube:
         return found
 
     def get_node(self, name: str) -> dict[str, Any] | None:
-        self.calls += 1
+        self._count()
         require(CORE, "nodes", "get")
         try:
             return self.api_client.sanitize_for_serialization(self.core.read_node(name))
@@ -130,12 +140,12 @@ class Kube:
         """GET `path` from a Service through the apiserver's service proxy (works from inside and outside the
         cluster, needs `get services/proxy`); the JSON body, or an exception when it does not answer."""
         require(CORE, "services/proxy", "get")
-        self.calls += 1
+        self._count()
         return proxy_json(self.api_client, "GET", namespace, service, port, path, timeout=timeout)
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the apiserver serves the resource now (discovery: every authenticated client may read it)."""
-        self.calls += 1
+        self._count()
         try:
             found = self.custom.get_api_resources(group, version)
         except ApiException as exc:
@@ -147,7 +157,7 @@ class Kube:
     # --- writes --------------------------------------------------------------------------------------------
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply; returns the object as the apiserver stored it."""
-        self.calls += 1
+        self._count()
         meta = obj["metadata"]
         try:
             stored = self._resource(obj["apiVersion"], obj["kind"], "create", "patch").server_side_apply(
@@ -166,7 +176,7 @@ class Kube:
         return stored.to_dict()  # type: ignore[no-any-return]
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, grace: int | None = None) -> bool:
-        self.calls += 1
+        self._count()
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if grace is not None:
             body["gracePeriodSeconds"] = grace
@@ -182,7 +192,7 @@ class Kube:
     ) -> None:
         """Merge-patch the status under our field manager. With `resource_version` the apiserver applies it only
         to the object the decision was made from (409 Conflict otherwise, raised as StatusConflict)."""
-        self.calls += 1
+        self._count()
         require(c.GROUP, f"{c.PLURAL}/status", "patch")
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
@@ -208,7 +218,7 @@ class Kube:
 
     def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event on the job (best effort: an event must never fail a reconcile)."""
-        self.calls += 1
+        self._count()
         require(CORE, "events", "create")
         meta = job["metadata"]
         now = datetime.now(UTC)

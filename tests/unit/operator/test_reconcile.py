@@ -430,3 +430,25 @@ def test_the_next_attempt_waits_for_a_full_set_of_running_ray_pods() -> None:
     assert "RayJob/geo-a2" not in kinds(unscheduled) and "geo-worker-2 is not running" in unscheduled.status["message"]
     ready = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), later)
     assert kinds(ready)[-1] == "RayJob/geo-a2"
+
+
+def test_only_plans_that_start_or_stop_an_attempt_are_confirmed_on_a_fresh_read() -> None:
+    # controller.reconcile decides from the watch caches and re-decides these on fresh LISTs.
+    from mmrl_operator.controller import starts_or_stops
+
+    def status_of(j) -> dict:
+        return j.status.model_dump(by_alias=True, exclude_none=True, mode="json") if j.status else {}
+
+    j = job()
+    first = decide(j, 1, Observed(), T0)
+    assert not starts_or_stops(first, {})  # creating the cluster: applies by name are idempotent
+    j = advance(j, first)
+    start = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
+    assert starts_or_stops(start, status_of(j))  # creates RayJob geo-a1
+    j = advance(j, start)
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS)
+    steady = decide(j, 1, world, T0 + timedelta(minutes=1))
+    assert not starts_or_stops(steady, status_of(j))
+    bad = verdicts(node("hyperpod-i-1", "UnschedulablePendingReplacement"))
+    fault = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS, nodes=bad), T0)
+    assert starts_or_stops(fault, status_of(j))  # deletes the worker and the RayJob
