@@ -141,9 +141,8 @@ class ControlPlane:
         self._wait_default_service_account(timeout)
 
     def stop(self) -> None:
-        """Stop everything this control plane started (reverse start order) and remove its temp dir."""
-        for name in reversed(list(self.procs)):
-            procs.stop(self.procs[name])
+        """Stop everything this control plane started (all at once: one grace period) and remove its temp dir."""
+        procs.stop_together(list(reversed(self.procs.values())))
         if self._own_workdir and not self.keep_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -112,10 +112,13 @@ def test_node_fault_stops_the_attempt_and_resumes_from_the_last_checkpoint(
     # A label verdict is seen only by the operator, which stops the attempt. A node that stops answering is also
     # seen by Ray, which may fail the job first: either way the attempt ends as infra, on that node.
     lost = fault in (node_fault_not_ready, node_fault_deleted_and_replaced)
-    assert_recovered_once_from_infra(
+    status = assert_recovered_once_from_infra(
         jobs, node=worker.spec.node_name, first_result=("Stopped", "Failed") if lost else ("Stopped",)
     )
-    assert "NodeFault" in jobs.events("geo")
+    if status["attempts"][0]["result"] == "Stopped":
+        assert "NodeFault" in jobs.events("geo")  # the operator's verdict stopped it, and said so
+    # else Ray failed the attempt on the lost pod before any pass saw the node: the replacement pod may already be
+    # elsewhere by then, so no pod of the job is on the faulty node and no NodeFault is reported.
     new_worker = ray_pod(core, jobs.ns, "geo", "ray-worker")
     assert new_worker.spec.node_name != worker.spec.node_name
 
