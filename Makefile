@@ -111,7 +111,7 @@ bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos
 # revision), then this checkout's; report.py adds the comparison to docs/benchmarks.md. About 15 minutes.
 BEFORE ?= f2cbb54
 BEFORE_TREE := $(CURDIR)/bench/out/before-tree
-BEFORE_PATH = PYTHONPATH=$(BEFORE_TREE)/api:$(BEFORE_TREE)/operator:$(PYTHONPATH)
+BEFORE_PATH = MMRL_BENCH_UNDER_TEST=$(BEFORE_TREE)
 bench-compare: bins kuberay ## latency, recovery and memory: operator at BEFORE=<rev> vs this checkout
 	rm -rf $(BEFORE_TREE) bench/out/before bench/out/after && mkdir -p $(BEFORE_TREE) bench/out/before bench/out/after
 	git archive $(BEFORE) api operator | tar -x -C $(BEFORE_TREE)

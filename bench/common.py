@@ -18,13 +18,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _src in (ROOT, ROOT / "operator", ROOT / "trainer", ROOT / "local"):
-    if str(_src) not in sys.path:
-        sys.path.insert(0, str(_src))
-# Processes the benchmarks start (the operator) import this checkout too, not another install in the shared venv.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(ROOT / d) for d in ("operator", "trainer", "local")] + [str(ROOT)] + [os.environ.get("PYTHONPATH", "")]
-).rstrip(os.pathsep)
+# The operator and API measured: this checkout's, or another revision's tree (`make bench-compare` unpacks one and
+# names it here); the harness (bench/, local/, tests/support) is always this checkout's.
+UNDER_TEST = Path(os.environ.get("MMRL_BENCH_UNDER_TEST") or ROOT).resolve()
+_SOURCES = [UNDER_TEST / "api", UNDER_TEST / "operator", ROOT / "trainer", ROOT / "local", ROOT]
+for _src in reversed(_SOURCES):
+    if str(_src) in sys.path:
+        sys.path.remove(str(_src))
+    sys.path.insert(0, str(_src))
+# Processes the benchmarks start (the operator) import the same sources, not another install in the shared venv.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(s) for s in _SOURCES] + [os.environ.get("PYTHONPATH", "")]).rstrip(
+    os.pathsep
+)
 
 from kubernetes import client, watch  # noqa: E402
 
@@ -102,7 +107,8 @@ def machine() -> dict[str, Any]:
 def write_result(name: str, result: dict[str, Any], out: Path = RESULTS) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
-    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **result}, indent=2) + "\n")
+    measured = {"operator_tree": str(UNDER_TEST)}
+    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **measured, **result}, indent=2) + "\n")
     print(f"wrote {path}", flush=True)
     return path
 

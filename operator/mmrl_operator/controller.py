@@ -40,9 +40,14 @@ ListOwned = Callable[[str, str, str, str], "list[dict[str, Any]]"]  # (apiVersio
 
 
 def observe(
-    kube: Kube, job: MultimodalRLJob, node_lookup: NodeLookup | None = None, list_owned: ListOwned | None = None
+    kube: Kube,
+    job: MultimodalRLJob,
+    node_lookup: NodeLookup | None = None,
+    list_owned: ListOwned | None = None,
+    serving: ServingObserved | None = None,
 ) -> Observed:
-    """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs."""
+    """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs; the
+    serving side is observed too unless `serving` is given."""
     ns, name = job.namespace, job.name
     owned = list_owned or kube.list_owned
     clusters = [
@@ -76,7 +81,8 @@ def observe(
     nodes = {}
     for node_name in sorted({p.node for p in pods if p.node}):
         nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
-    serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
+    if serving is None:
+        serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
     return Observed(
         raycluster=clusters[0] if clusters else None, rayjobs=rayjobs, pods=pods, nodes=nodes, serving=serving
     )
@@ -156,6 +162,17 @@ def starts_or_stops(plan: Plan, status: dict[str, Any]) -> bool:
     )
 
 
+def settled(stored: dict[str, Any], generation: int, observed: Observed, now: datetime) -> bool:
+    """Whether a pass on the job as just stored, seeing the same children, would do nothing: then the watch event
+    of our own write needs no pass. When the write is one step of several (the next one decided from the status
+    just written), it does."""
+    try:
+        again = decide(parse_job(stored), generation, observed, now)
+    except ValueError:
+        return False
+    return not (again.apply or again.delete or again.events or _status_patch(stored.get("status") or {}, again.status))
+
+
 def reconcile(
     kube: Kube,
     namespace: str,
@@ -163,8 +180,10 @@ def reconcile(
     node_lookup: NodeLookup | None = None,
     now: datetime | None = None,
     caches: Caches | None = None,
+    written: Callable[[dict[str, Any]], None] | None = None,
 ) -> Plan | None:
-    """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone)."""
+    """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone).
+    `written` receives the job as the apiserver stored it after this pass's status write."""
     started = time.perf_counter()
     calls_before = kube.thread_calls()
     now = now or datetime.now(UTC).replace(microsecond=0)
@@ -211,10 +230,16 @@ def reconcile(
         # Only onto the object this pass decided from: a concurrent write (another replica, an old process)
         # raises StatusConflict and the queue runs the pass again at once from a fresh read.
         try:
-            kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
+            stored = kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
         except JobGone:
             log.info("job %s/%s was deleted during the pass; its children go with it", namespace, name)
             return None
+        if written is not None and caches is not None:
+            # Would the pass that our own write's watch event asks for do anything? Decide it now on the caches,
+            # which already hold this pass's applies; if not, that event needs no pass.
+            after = observe(kube, job, lookup, caches.owned, serving=observed.serving)
+            if settled(stored, generation, after, now):
+                written(stored)
         metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
     log.info(

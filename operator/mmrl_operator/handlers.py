@@ -68,7 +68,7 @@ def install(runtime: Runtime) -> None:
 def reconcile_key(key: Key) -> float | None:
     assert RUNTIME is not None
     try:
-        plan = reconcile(RUNTIME.kube, key[0], key[1], caches=RUNTIME.caches)
+        plan = reconcile(RUNTIME.kube, key[0], key[1], caches=RUNTIME.caches, written=_own_write(key))
     except StatusConflict:
         metrics.STATUS_CONFLICTS.inc()
         return 0.0  # decided on a stale read: decide again now, from a fresh GET
@@ -77,6 +77,17 @@ def reconcile_key(key: Key) -> float | None:
         return None
     RUNTIME.phases[key] = plan.status.get("phase", "Pending")
     return plan.requeue_after
+
+
+def _own_write(key: Key):  # type: ignore[no-untyped-def]
+    """The watch event of our own status write carries nothing the pass did not already decide on: remember its
+    fingerprint so that event costs no pass (an event that differs from it, someone else's write, still does)."""
+
+    def remember(stored: dict[str, Any]) -> None:
+        assert RUNTIME is not None
+        RUNTIME.fingerprints[key] = job_fingerprint(stored)
+
+    return remember
 
 
 def _resync_loop(runtime: Runtime) -> None:

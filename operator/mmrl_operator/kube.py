@@ -189,7 +189,7 @@ class Kube:
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
-    ) -> None:
+    ) -> dict[str, Any]:
         """Merge-patch the status under our field manager. With `resource_version` the apiserver applies it only
         to the object the decision was made from (409 Conflict otherwise, raised as StatusConflict)."""
         self._count()
@@ -198,7 +198,7 @@ class Kube:
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            stored = self.custom.patch_namespaced_custom_object_status(
                 c.GROUP,
                 c.VERSION,
                 namespace,
@@ -215,6 +215,7 @@ class Kube:
                 raise JobGone(f"{namespace}/{name} was deleted since it was read") from exc
             raise
         self._wrote()
+        return stored  # type: ignore[no-any-return]  # the job as stored after the patch
 
     def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event on the job (best effort: an event must never fail a reconcile)."""

@@ -108,6 +108,12 @@ class _Decider:
     def cluster_ready(self) -> bool | None:
         return raycluster_ready(self.obs.raycluster)
 
+    def cluster_readiness(self) -> bool | None:
+        """For the ClusterReady condition: a cluster this pass creates exists, and is not ready yet (so the pass
+        after the create, which sees it, writes the same condition)."""
+        creating = self.obs.raycluster is None and any(o["kind"] == "RayCluster" for o in self.plan.apply)
+        return False if creating else self.cluster_ready()
+
     def waiting_for_cluster(self) -> str:
         why = f": {self.pod_problem[1]}" if self.pod_problem else ""
         return f"waiting for the Ray cluster to be ready{why}"
@@ -530,7 +536,7 @@ class _Decider:
             generation=self.gen,
             message=self.message or self.status.phase,
             reason=self.reason or self.status.phase,
-            cluster_ready=self.cluster_ready() if self.status.phase != "Suspended" else None,
+            cluster_ready=self.cluster_readiness() if self.status.phase != "Suspended" else None,
             training=training,
             node_faults_message=f"node faults: {degraded}" if degraded else None,
             pod_problem=(

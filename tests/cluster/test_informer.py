@@ -8,9 +8,10 @@ import threading
 import pytest
 
 from mmrl_api import constants as c
-from mmrl_operator.caches import PODS, Caches
+from mmrl_operator.caches import PODS, RAYJOBS, Caches
 from mmrl_operator.informer import Informer
 from mmrl_operator.kube import Kube
+from tests.cluster.ray_factories import RAY, rayjob
 
 pytestmark = pytest.mark.cluster
 
@@ -71,23 +72,25 @@ def test_a_watch_that_times_out_resumes_from_its_version_without_listing_again(
     assert informer.lists == 1
 
 
-def test_a_relist_drops_what_was_deleted_while_nobody_watched(api_client, core, namespace) -> None:
+def test_a_relist_drops_what_was_deleted_while_nobody_watched(api_client, custom, namespace) -> None:
+    # RayJobs: nothing else touches them here (no KubeRay runs in this test), unlike pods the scheduler updates.
     seen: list[tuple[str | None, str | None]] = []
 
     def changed(old, new) -> None:
         seen.append(((old or {}).get("metadata", {}).get("name"), (new or {}).get("metadata", {}).get("name")))
 
-    informer = Informer(api_client, PODS, [namespace], label_selector=c.LABEL_JOB, on_change=changed)
-    core.create_namespaced_pod(namespace, pod("ghost", "j"))
-    core.create_namespaced_pod(namespace, pod("kept", "j"))
+    informer = Informer(api_client, RAYJOBS, [namespace], label_selector=c.LABEL_JOB, on_change=changed)
+    for name in ("ghost", "kept"):
+        body = rayjob(name, "geo")
+        body["metadata"]["labels"] = {c.LABEL_JOB: "geo"}
+        custom.create_namespaced_custom_object(*RAY, namespace, "rayjobs", body)
     informer.list_once()  # no watch: whatever happens next is missed, as during a lost connection
     assert names(informer.items()) == {"ghost", "kept"}
-    core.delete_namespaced_pod("ghost", namespace, grace_period_seconds=0)
+    custom.delete_namespaced_custom_object(*RAY, namespace, "rayjobs", "ghost")
     seen.clear()
     informer._relist(namespace)
     assert names(informer.items()) == {"kept"}
-    assert ("ghost", None) in seen  # reported as deleted, so its job is woken
-    assert all(new != "kept" for _, new in seen)  # unchanged objects wake nobody
+    assert seen == [("ghost", None)]  # reported as deleted, so its job is woken; the unchanged one wakes nobody
 
 
 def test_a_node_missing_from_the_cache_is_read_from_the_apiserver_not_taken_for_deleted(

@@ -452,3 +452,21 @@ def test_only_plans_that_start_or_stop_an_attempt_are_confirmed_on_a_fresh_read(
     bad = verdicts(node("hyperpod-i-1", "UnschedulablePendingReplacement"))
     fault = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS, nodes=bad), T0)
     assert starts_or_stops(fault, status_of(j))  # deletes the worker and the RayJob
+
+
+def test_the_event_of_our_own_status_write_needs_a_pass_only_while_there_is_a_next_step() -> None:
+    # controller.settled: handlers skip the watch event of a status write when a pass on it would do nothing.
+    from mmrl_operator.controller import settled
+
+    def stored(j, plan: Plan) -> dict:
+        return {**j.wire(), "status": plan.status}
+
+    j = job()
+    first = decide(j, 1, Observed(), T0)
+    # Seen without the RayCluster it just applied, the next pass would apply again: not settled.
+    assert not settled(stored(j, first), 1, Observed(), T0)
+    # With the cluster in the cache (write-through), the next pass has nothing to do until KubeRay reports.
+    pending = raycluster(ready=False, spec_hash=build_raycluster(j)["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+    assert settled(stored(j, first), 1, Observed(raycluster=pending), T0)
+    # The cluster is ready: the pass that wrote Provisioning was not the last step, a pass must start attempt 1.
+    assert not settled(stored(j, first), 1, Observed(raycluster=ready_cluster(j)), T0)
