@@ -73,6 +73,14 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def serving(self) -> bool:
+        """Whether the process is up to the point of answering on its metrics port (imports done, flags parsed)."""
+        try:
+            self.metric("process_start_time_seconds")
+        except OSError:
+            return False
+        return True
+
     def metric(self, name: str) -> float:
         """Sum of a Prometheus metric's samples (0 when absent)."""
         return metric_sum(f"http://127.0.0.1:{self.metrics_port}/metrics", name)

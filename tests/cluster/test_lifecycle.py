@@ -37,7 +37,15 @@ def test_stop_leaves_no_process_behind(control_plane) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_no_orphans_when_the_owner_process_dies(control_plane, signum: int) -> None:
-    owner = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    # A shell that starts this run in the background (`.ci/run &`) hands its children SIGINT ignored, and Python then
+    # never turns SIGINT into KeyboardInterrupt; the owner gets the default disposition, as in a terminal.
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STARTER],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         line = owner.stdout.readline()
         assert line, "the starter process printed no pids"

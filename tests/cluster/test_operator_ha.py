@@ -26,6 +26,8 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
     a = OperatorProcess(control_plane.kubeconfig, tmp_path / "a.log", identity="replica-a", **kw).start()
     b = OperatorProcess(control_plane.kubeconfig, tmp_path / "b.log", identity="replica-b", **kw).start()
     try:
+        # Under load one replica can still be importing when the other has already run the job to Running.
+        wait_until(lambda: a.serving() and b.serving(), 90, what="both replicas up")
         kuberay.script("geo-a1", "hang")
         jobs.create(cluster_job("geo"))
         wait_until(lambda: jobs.status("geo").get("phase") == "Running", 60)
