@@ -125,10 +125,7 @@ class Caches:
         if cached is not None:
             return cached
         found = self.kube.get_node(name)
-        if found is None:
-            return None
-        self.nodes.wrote(found)
-        return slim_node(found)
+        return None if found is None else self.nodes.wrote(found)
 
     def jobs_on_node(self, name: str) -> set[JobKey]:
         pods = self.children["Pod"].items(lambda p: p["spec"].get("nodeName") == name)

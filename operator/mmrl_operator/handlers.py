@@ -32,12 +32,12 @@ log = logging.getLogger("mmrl.handlers")
 # The custom resources the handlers below watch. kopf runs without observing CRDs (see _startup), so run.py waits
 # until the apiserver serves these before kopf starts.
 JOB_RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
-CHILD_RESOURCES = (
+KOPF_CHILD_RESOURCES = (("apps", "v1", "deployments"),)  # the inference Deployment: roll-outs and availability
+CHILD_RESOURCES = (  # every child kind watched, by kopf or by caches.Caches
     (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
     (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
-    ("apps", "v1", "deployments"),
+    *KOPF_CHILD_RESOURCES,
 )
-KOPF_CHILD_RESOURCES = (("apps", "v1", "deployments"),)  # the inference Deployment: roll-outs and availability
 
 
 @dataclass

@@ -21,11 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
-
-from kubernetes.client.exceptions import ApiException
 
 from mmrl_operator.rbac import require
+from mmrl_operator.service_proxy import api_request
 
 log = logging.getLogger("mmrl.informer")
 
@@ -82,7 +80,6 @@ class Informer:
         self._index: dict[Any, set[ObjKey]] = {}  # index value (e.g. the owning job) -> keys
         self._stop = threading.Event()
         self.lists = 0  # how many LISTs it made (the first, plus one per lost watch)
-        self.synced = threading.Event()
 
     # --- reading -----------------------------------------------------------------------------------------------
     def get(self, namespace: str, name: str) -> Obj | None:
@@ -102,9 +99,11 @@ class Informer:
         return len(self._store)
 
     # --- write-through -------------------------------------------------------------------------------------------
-    def wrote(self, obj: Obj) -> None:
-        """The object as the apiserver returned it from our own write."""
-        self._put(self.keep(obj), notify=False)
+    def wrote(self, obj: Obj) -> Obj:
+        """The object as the apiserver returned it from our own write (or read); returns the copy kept."""
+        kept = self.keep(obj)
+        self._put(kept, notify=False)
+        return kept
 
     def deleting(self, namespace: str, name: str) -> None:
         """We asked the apiserver to delete it: until the watch says how that ended, treat it as terminating."""
@@ -115,7 +114,7 @@ class Informer:
                 self._set((namespace, name), {**cur, "metadata": meta})
 
     # --- the store (callers hold the lock for _set/_pop) ---------------------------------------------------------
-    def _set(self, key: ObjKey, obj: Obj) -> Obj | None:
+    def _set(self, key: ObjKey, obj: Obj) -> None:
         old = self._store.get(key)
         self._store[key] = obj
         if self._index_of is not None:
@@ -123,7 +122,6 @@ class Informer:
                 self._unindex(key, old)
             if (value := self._index_of(obj)) is not None:
                 self._index.setdefault(value, set()).add(key)
-        return old
 
     def _pop(self, key: ObjKey) -> Obj | None:
         old = self._store.pop(key, None)
@@ -175,22 +173,10 @@ class Informer:
                     self.on_change(before.get(k), obj)
 
     # --- list and watch ----------------------------------------------------------------------------------------
-    def _request(self, path: str, query: dict[str, Any], timeout: float | tuple[float, float]) -> Any:
-        query = {k: v for k, v in query.items() if v is not None}
-        method, url, headers, body, post = self.api_client.param_serialize(
-            method="GET",
-            resource_path=f"{path}?{urlencode(query)}" if query else path,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        response = self.api_client.call_api(method, url, headers, body, post, _request_timeout=timeout)
-        if not 200 <= response.status < 300:
-            response.read()
-            raise ApiException(http_resp=response)
-        return response
-
     def _list(self, ns: str | None) -> tuple[list[Obj], str]:
-        response = self._request(self.kind.path(ns), {"labelSelector": self.label_selector}, 60)
+        response = api_request(
+            self.api_client, "GET", self.kind.path(ns), {"labelSelector": self.label_selector}, timeout=60
+        )
         data = json.loads(response.read())
         self.lists += 1
         return [self.keep(o) for o in data.get("items") or []], str(data["metadata"]["resourceVersion"])
@@ -202,7 +188,6 @@ class Informer:
             found, versions[ns] = self._list(ns)
             objs += found
         self._replace(objs)
-        self.synced.set()
         return versions
 
     def _relist(self, ns: str | None) -> str:
@@ -230,7 +215,9 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": self.timeout_seconds,
         }
-        response = self._request(self.kind.path(ns), query, (10, self.timeout_seconds + 30))
+        response = api_request(
+            self.api_client, "GET", self.kind.path(ns), query, timeout=(10, self.timeout_seconds + 30)
+        )
         try:
             for line in self._lines(response):
                 if self._stop.is_set():

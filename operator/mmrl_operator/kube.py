@@ -108,24 +108,6 @@ class Kube:
         )
         return [item.to_dict() for item in result.items]
 
-    def list_nodes(self) -> list[dict[str, Any]]:
-        self._count()
-        require(CORE, "nodes", "list")
-        return self.api_client.sanitize_for_serialization(self.core.list_node()).get("items") or []
-
-    def list_job_pods(self, namespaces: list[str] | None = None) -> list[dict[str, Any]]:
-        """Pods of every job (label mmrl.dev/job), in the watched namespaces or cluster-wide."""
-        require(CORE, "pods", "list")
-        found = []
-        for ns in namespaces or [None]:
-            self._count()
-            if ns is None:
-                result = self.core.list_pod_for_all_namespaces(label_selector=c.LABEL_JOB)
-            else:
-                result = self.core.list_namespaced_pod(ns, label_selector=c.LABEL_JOB)
-            found += self.api_client.sanitize_for_serialization(result).get("items") or []
-        return found
-
     def get_node(self, name: str) -> dict[str, Any] | None:
         self._count()
         require(CORE, "nodes", "get")

@@ -1,10 +1,43 @@
-"""HTTP to a Service through the apiserver's service proxy: reaches in-cluster endpoints from anywhere the
-Kubernetes API is reachable, with the caller's own credentials (RBAC: `get`/`create` on `services/proxy`)."""
+"""Raw HTTP to the apiserver (`api_request`, for what the generated client models only slow down: watches, the
+service proxy), and to a Service through the apiserver's service proxy: reaches in-cluster endpoints from
+anywhere the Kubernetes API is reachable, with the caller's own credentials (RBAC: `get`/`create` on
+`services/proxy`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+
+def api_request(
+    api_client: Any,
+    method: str,
+    path: str,
+    query: dict[str, Any] | None = None,
+    body: dict[str, Any] | None = None,
+    timeout: float | tuple[float, float] = 5.0,
+) -> Any:
+    """`method` on an apiserver path with the client's credentials, bypassing the generated models. Returns the
+    response unread (a caller may stream it, e.g. a watch); raises ApiException on a non-2xx answer."""
+    from kubernetes.client.exceptions import ApiException
+
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    params = [(k, v) for k, v in (query or {}).items() if v is not None]
+    _method, url, header_params, serialized, post_params = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=params or None,
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(_method, url, header_params, serialized, post_params, _request_timeout=timeout)
+    if not 200 <= response.status < 300:
+        response.read()
+        raise ApiException(http_resp=response)
+    return response
 
 
 def proxy_json(
@@ -18,20 +51,8 @@ def proxy_json(
     timeout: float = 5.0,
 ) -> Any:
     """`method` `path` on `service`:`port`; returns the decoded JSON body, raises on a non-2xx answer."""
-    from kubernetes.client.exceptions import ApiException
-
     resource = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}"
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    _method, url, header_params, serialized, post_params = api_client.param_serialize(
-        method=method, resource_path=resource, header_params=headers, body=body, auth_settings=["BearerToken"]
-    )
-    response = api_client.call_api(_method, url, header_params, serialized, post_params, _request_timeout=timeout)
-    response.read()
-    if not 200 <= response.status < 300:
-        raise ApiException(http_resp=response)
-    return json.loads(response.data)
+    return json.loads(api_request(api_client, method, resource, body=body, timeout=timeout).read())
 
 
 def describe_error(exc: Exception) -> str:
