@@ -1,6 +1,7 @@
 """``python -m mmrl_local build | up | down | env``: build the binaries; run a local control plane with fake
 HyperPod nodes and the KubeRay stand-in (in the foreground, or detached with a state file that ``down`` reads);
-print the shell exports that point kubectl/helm at it.
+print the shell exports that point kubectl/helm at it. ``up`` and ``down`` both remove what a killed run left of
+its pod network (namespaces, veths, bridge: see ``podnet``).
 """
 
 from __future__ import annotations
@@ -67,13 +68,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     with ControlPlane(workdir=workdir) as cp:
+        if cp.network_note:
+            print(cp.network_note, flush=True)
         api = cp.api_client()
         core = client.CoreV1Api(api)
         head_nodes = [nodes.create_cpu_node(core) for _ in range(args.cpu_nodes)]
         gpu_nodes = nodes.create_gpu_nodes(core, args.gpu_nodes)
         standin = None
         if args.standin != "none":
-            standin = KubeRayStandIn(api, mode=args.standin, log_dir=workdir / "rayjob-logs").start()
+            standin = KubeRayStandIn(
+                api, mode=args.standin, log_dir=workdir / "rayjob-logs", network=cp.pod_network
+            ).start()
         state = {
             "pid": os.getpid(),
             "pids": cp.pids,
@@ -126,9 +131,18 @@ def _up_detached(args: argparse.Namespace) -> int:
     return 1
 
 
+def _remove_network_leftovers() -> None:
+    from mmrl_local import podnet
+
+    removed = podnet.remove_leftovers()
+    if removed:
+        print(f"removed what killed runs left of their pod networks: {', '.join(removed)}")
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     state = read_state()
     if not state:
+        _remove_network_leftovers()
         print("nothing is up", file=sys.stderr)
         return 0
     if procs.pid_alive(state["pid"]):
@@ -138,6 +152,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     state_file().unlink(missing_ok=True)
+    _remove_network_leftovers()
     print("down")
     return 0
 

@@ -79,8 +79,9 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def generate(directory: Path, clients: dict[str, str | None]) -> Pki:
-    """Create the CA, serving cert, SA key pair and one client cert per ``{user: organization}``."""
+def generate(directory: Path, clients: dict[str, str | None], server_ips: tuple[str, ...] = ()) -> Pki:
+    """Create the CA, serving cert, SA key pair and one client cert per ``{user: organization}``. The serving cert
+    is valid for loopback, the `kubernetes` Service and ``server_ips`` (where pods reach the apiserver)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
@@ -105,6 +106,7 @@ def generate(directory: Path, clients: dict[str, str | None]) -> Pki:
         x509.DNSName("kubernetes.default.svc"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+        *(x509.IPAddress(ipaddress.ip_address(a)) for a in server_ips),
     ]
     serving = _sign(ca_cert, ca_key, _name("kube-apiserver"), serving_key, server=True, sans=sans)
     # The service-account key must be RSA: the token signer defaults to RS256.

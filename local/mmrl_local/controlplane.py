@@ -2,6 +2,11 @@
 tokens), kube-controller-manager, kube-scheduler and kwok (fake kubelets), started from the binaries that
 ``mmrl_local.build`` produced. ``ControlPlane`` owns every process it starts and stops them all, also on
 interpreter exit or SIGTERM; see ``mmrl_local.procs``.
+
+Before anything starts, the cluster's pod, service and node address ranges are blackholed on this host and what
+killed runs left of their pod networks is removed (``podnet``). ``pod_network`` is this run's: the bridge the pods
+that run for real are attached to, each in its own network namespace (None where this machine cannot make them;
+``network_note`` says why in one line).
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from mmrl_local import build, certs, crds, procs
+from mmrl_local import build, certs, crds, podnet, procs
+from mmrl_local.podnet import KWOK_POD_CIDR, NODE_IP, SERVICE_CIDR
 
-SERVICE_CIDR = "10.0.0.0/24"
 # Requests of the service accounts in this namespace are written to the audit log (``ControlPlane.audit_log``):
 # RBAC tests run the operator there under its chart's ServiceAccount and read back every request it made.
 AUDITED_NAMESPACE = "mmrl-audited"
@@ -36,7 +41,6 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
-POD_CIDR = "10.244.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # user -> organization of the client certificates; each component gets the identity RBAC bootstraps for it.
 CLIENTS = {
@@ -79,8 +83,12 @@ class ControlPlane:
     """The apiserver's audit log (one JSON line per request: who, verb, resource, user agent). By default it is
     `<workdir>/audit.log` and holds only the requests of service accounts in AUDITED_NAMESPACE; when a path is
     given here it holds every request (the benchmarks count a process's API calls with it)."""
+    pod_networks: bool = True
+    """Give pods that run for real their own network namespaces (``pod_network``); off for runs that run none."""
     procs: dict[str, object] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    pod_network: podnet.PodNetwork | None = None
+    network_note: str = ""
 
     def __post_init__(self) -> None:
         self._own_workdir = self.workdir is None
@@ -118,8 +126,9 @@ class ControlPlane:
         t0 = time.monotonic()
         remove_stale_workdirs()
         (self.workdir / "owner.pid").write_text(str(os.getpid()))
+        self._prepare_network()
         self.binaries = self.binaries or build.build()
-        self.pki = certs.generate(self.workdir / "pki", CLIENTS)
+        self.pki = certs.generate(self.workdir / "pki", CLIENTS, server_ips=(podnet.GATEWAY,))
         for user in CLIENTS:
             self._write_kubeconfig(user)
         shutil.copy(self.workdir / "admin.kubeconfig", self.kubeconfig)
@@ -139,9 +148,26 @@ class ControlPlane:
         stages.write_text(stage_documents())
         self._spawn("kwok", self._kwok_args(stages))
         self._wait_default_service_account(timeout)
+        if self.pod_networks and not self.network_note:
+            self.pod_network = podnet.PodNetwork(("127.0.0.1", self.api_port), self.workdir).start()
+            self.pod_network.watch(self.api_client())
+
+    def _prepare_network(self) -> None:
+        """Routes first, so nothing this run dials can leave the machine; then what killed runs left behind."""
+        self.network_note = podnet.install_routes() or ""
+        reason = podnet.unavailable_reason()
+        if reason is not None:
+            self.network_note = f"pods do not get their own network namespaces here: {reason}"
+            return
+        removed = podnet.remove_leftovers()
+        if removed:
+            self.timings["removed_network_leftovers"] = len(removed)
 
     def stop(self) -> None:
         """Stop everything this control plane started (all at once: one grace period) and remove its temp dir."""
+        if self.pod_network is not None:
+            self.pod_network.close()  # stops the pods' processes while the apiserver still answers them
+            self.pod_network = None
         procs.stop_together(list(reversed(self.procs.values())))
         if self._own_workdir and not self.keep_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -246,8 +272,8 @@ class ControlPlane:
             f"--config={stages}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--cidr={POD_CIDR}",
-            "--node-ip=10.1.0.1",
+            f"--cidr={KWOK_POD_CIDR}",
+            f"--node-ip={NODE_IP}",
             f"--server-address=127.0.0.1:{free_port()}",
             "--node-lease-duration-seconds=40",
             "--v=INFO",

@@ -4,10 +4,12 @@ replacement, with a summary at the end.
 The steps are the product's, not the demo's: a hostPath volume stands in for the FSx claim and holds the tiny
 offline Qwen3-VL, `kubectl apply -f examples/local.yaml` submits the job, the real operator (a subprocess) builds
 the RayCluster and RayJobs, and the KubeRay stand-in runs each RayJob's entrypoint inside the Ray head pod's view
-(`podrun`), so the trainer reads its ConfigMap at /etc/mmrl, writes checkpoints to the claim at its mountPath and
-reports progress with the pod's ServiceAccount token. Once the trainer has written a checkpoint, the node hosting
-the trainer goes through what HyperPod does to a failing instance (UnschedulablePendingReplacement → NotReady →
-deleted → a new instance joins); the operator stops the attempt and the next one resumes from that checkpoint.
+(`podrun`) and its network namespace (`podnet`), so the trainer reads its ConfigMap at /etc/mmrl, writes
+checkpoints to the claim at its mountPath and reports progress with the pod's ServiceAccount token. Once the
+trainer has written a checkpoint, the node hosting the trainer goes through what HyperPod does to a failing
+instance (UnschedulablePendingReplacement → NotReady → deleted → a new instance joins); the operator stops the
+attempt and the next one resumes from that checkpoint. The inference pod's init container and vLLM server run in
+that pod's own network namespace too.
 
 `Demo` is also what tests/e2e drives, with shorter settings, on the test session's control plane.
 """
@@ -31,7 +33,7 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import nodes, storage
+from mmrl_local import nodes, podnet, storage
 from mmrl_local.plot import line_chart
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer import checkpoint as ckpt
@@ -101,6 +103,8 @@ class Demo:
         out_dir: Path,
         overrides: dict[str, Any] | None = None,
         say: Callable[[str], None] = print,
+        network: podnet.PodNetwork | None = None,
+        network_note: str = "",
     ) -> None:
         self.api, self.core = api, client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -118,6 +122,7 @@ class Demo:
         self._last_line = ""
         self.served: dict[str, Any] = {}
         self.inference: Any = None
+        self.network, self.network_note = network, network_note
 
     # --- setup -----------------------------------------------------------------------------------------------
 
@@ -280,7 +285,8 @@ class Demo:
         selector = f"{c.LABEL_JOB}={self.name},{c.LABEL_COMPONENT}=inference"
         pod = self.wait(lambda _: running_pod(self.core, self.ns, selector), timeout, "no running inference pod")
         ensure()
-        self.inference = InferencePod(self.api, pod, self.out_dir / "inference")
+        assert self.network is not None, "serving runs a pod for real: it needs the run's pod network"
+        self.inference = InferencePod(self.api, pod, self.out_dir / "inference", self.network)
         vllm = next(x for x in pod["spec"]["containers"] if x["name"] == "vllm")
         self.say(f"inference pod {pod['metadata']['name']} ({pod['status']['podIP']}): adapter check, then")
         self.say("  " + " ".join(vllm["command"] + vllm["args"]))
@@ -326,7 +332,10 @@ class Demo:
             self.say(f"checkpoint step {step} sealed on the volume")
             self.replace_trainer_node()
         if self.wait_done(timeout) == "Serving":
-            self.serve(timeout)
+            if self.network is None:
+                self.say(f"skipping the vLLM server: {self.network_note or 'no pod network'}")
+            else:
+                self.serve(timeout)
         return self.summary()
 
 
@@ -356,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok ({binaries.kube_version})")
     (work / "cluster").mkdir(parents=True)
     with ControlPlane(binaries=binaries, workdir=work / "cluster") as cp:
+        if cp.network_note:
+            print(f"{cp.network_note}; the trainer shares this machine's network and vLLM is not run")
         api = cp.api_client()
         core = client.CoreV1Api(api)
         head = nodes.create_cpu_node(core)
@@ -364,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         install_mmrl_crd(api)
         install_trainer_status_policy(api)
         with (
-            KubeRayStandIn(api, mode="run", log_dir=out / "rayjob-logs"),
+            KubeRayStandIn(api, mode="run", log_dir=out / "rayjob-logs", network=cp.pod_network),
             OperatorProcess(cp.kubeconfig, out / "operator.log", namespaces=[]),
         ):
             print(f"operator running (log {out / 'operator.log'}); KubeRay stand-in in run mode")
@@ -375,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                 namespace="default",
                 volume_dir=work / "fsx",
                 out_dir=out,
+                network=cp.pod_network,
+                network_note=cp.network_note,
             )
             try:
                 summary = demo.run(fault=not args.no_fault)

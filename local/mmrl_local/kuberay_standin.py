@@ -27,7 +27,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
-from mmrl_local import podrun, rest
+from mmrl_local import podnet, podrun, rest
 from mmrl_local import standin_cluster as sc
 from mmrl_local import standin_job as sj
 
@@ -53,6 +53,7 @@ class KubeRayStandIn:
         strict: bool = False,
         grace_seconds: int = 3,
         finalizer_seconds: float = 2.0,
+        network: podnet.PodNetwork | None = None,
     ) -> None:
         if mode not in ("scripted", "run"):
             raise ValueError(f"mode {mode!r}: use 'scripted' or 'run'")
@@ -62,6 +63,7 @@ class KubeRayStandIn:
         self.default_script = sj.Script.parse("run" if mode == "run" else default_script)
         self.log_dir = Path(log_dir or Path.cwd() / "rayjob-logs")
         self.materialiser = podrun.PodMaterialiser(api_client, self.log_dir / "pods", image_env)
+        self.network = network  # run mode: entrypoints run in the head pod's network namespace when given
         self.namespaces = namespaces
         self.resync = resync
         self._scripts: list[tuple[str, str, sj.Script]] = []
@@ -361,7 +363,7 @@ class KubeRayStandIn:
             if script.outcome == "run":
                 try:
                     self._start_run(key, job, cluster_pods)
-                except (podrun.PodRunError, ApiException) as err:
+                except (podrun.PodRunError, podnet.PodNetError, ApiException) as err:
                     # Ray never got the job: KubeRay reports a failed submission.
                     self._finish(key, job, False, "SubmissionFailed", f"cannot start the entrypoint: {err}")
                     return
@@ -394,7 +396,7 @@ class KubeRayStandIn:
         if not heads:
             raise podrun.PodRunError("the RayCluster has no head pod")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        run = sj.EntrypointRun(job, heads[0], self.materialiser, self.log_dir)
+        run = sj.EntrypointRun(job, heads[0], self.materialiser, self.log_dir, self.network)
         self._runs[key] = run
         return run
 

@@ -8,6 +8,10 @@ into it and execs the command. The process then sees exactly the paths its pod s
 ``/ckpt``, ``/var/run/secrets/...``), so product code runs unmodified. Host directories that must hold a mount
 point (``/etc`` for ``/etc/mmrl``) are shadowed, entry by entry, so the host itself is never written.
 
+With ``Spec.netns`` (a namespace pinned by ``podnet``) the process first joins the pod's network namespace, and its
+``/sys`` is a sysfs of that namespace (``/sys/class/net`` lists the pod's interfaces, as in a container), with the
+host's cgroup tree bound back in.
+
 Needs CAP_SYS_ADMIN (root) or unprivileged user namespaces; see ``available()``.
 """
 
@@ -20,7 +24,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MNT_DETACH = 2
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 
@@ -42,6 +46,7 @@ class Spec:
     env: dict[str, str]
     mounts: list[Mount] = field(default_factory=list)
     cwd: str = "/"
+    netns: str | None = None  # a network namespace to join (its pinned path), or None for the host's
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -69,6 +74,14 @@ def _bind(source: str, target: str, read_only: bool = False) -> None:
     _mount(source, target, None, MS_BIND | MS_REC)
     if read_only:
         _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+
+
+def _join_netns(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, CLONE_NEWNET), f"setns({path}, CLONE_NEWNET)")
+    finally:
+        os.close(fd)
 
 
 def _enter_namespace() -> None:
@@ -141,6 +154,10 @@ def build_root(spec: Spec) -> None:
     _populate("/", root, targets)
     # Binding the host directory that contains ``root`` copied this tmpfs into itself: drop that copy.
     _libc.umount2((root + root).encode(), MNT_DETACH)
+    if spec.netns:
+        _mount("sysfs", root + "/sys", "sysfs", MS_NOSUID | MS_NODEV)
+        if os.path.isdir("/sys/fs/cgroup") and os.path.isdir(root + "/sys/fs/cgroup"):
+            _bind("/sys/fs/cgroup", root + "/sys/fs/cgroup")
     for path, m in sorted(resolved, key=lambda pm: pm[0].count("/")):  # parents before children
         inside = root + path
         if m.tmpfs:
@@ -161,6 +178,8 @@ def available() -> bool:
 
 def main(argv: list[str]) -> int:
     spec = Spec.load(Path(argv[0]))
+    if spec.netns:
+        _join_netns(spec.netns)
     _enter_namespace()
     build_root(spec)
     os.chroot(spec.root)

@@ -6,7 +6,9 @@ process: it reads the pod from the API and materialises its volumes (ConfigMap a
 PersistentVolumeClaim's bound hostPath PersistentVolume, emptyDirs, and the projected ServiceAccount token made
 with the TokenRequest API, with the cluster CA and namespace beside it), resolves the container's env (literal
 values, fieldRef, ConfigMap and Secret keys, envFrom) plus KUBERNETES_SERVICE_HOST/PORT pointing at the real
-apiserver, and starts the command through ``mountns`` so every volume appears at its ``mountPath``.
+apiserver, and starts the command through ``mountns`` so every volume appears at its ``mountPath``. Given the pod's
+``podnet.Sandbox``, the process runs in the pod's own network namespace and reaches the apiserver the way that
+namespace can (``Sandbox.service_env``); without one it shares this machine's network.
 
 "The image" is this machine: a caller passes the environment the image would set (PATH with the Python that has
 mmrl installed, for example). Nothing here knows about mmrl's own paths.
@@ -28,6 +30,7 @@ from kubernetes import client
 
 from mmrl_local import procs
 from mmrl_local.mountns import Mount, Spec
+from mmrl_local.podnet import Sandbox
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -164,7 +167,8 @@ class PodMaterialiser:
         env = {
             **self.image_env,
             "HOSTNAME": pod["metadata"]["name"],
-            # The kubelet points pods at the `kubernetes` Service; locally that is the apiserver itself.
+            # The kubelet points pods at the `kubernetes` Service. In this machine's network namespace that is the
+            # apiserver itself; ``spawn_in_pod`` replaces it with the relay a pod's own namespace reaches.
             "KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(server.port or 443),
         }
@@ -212,11 +216,16 @@ class PodMaterialiser:
         )
 
 
-def spawn_in_pod(view: PodView, argv: list[str], log: Path, root: Path) -> subprocess.Popen:
-    """Start ``argv`` with the pod's env and mounts (see ``mountns``); output goes to ``log``."""
+def spawn_in_pod(
+    view: PodView, argv: list[str], log: Path, root: Path, sandbox: Sandbox | None = None
+) -> subprocess.Popen:
+    """Start ``argv`` with the pod's env and mounts (see ``mountns``), in the sandbox's network namespace when one
+    is given; output goes to ``log``."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     spec_file = root.parent / f"{root.name}.json"
-    Spec(root=str(root), argv=argv, env=view.env, mounts=view.mounts, cwd=view.cwd).dump(spec_file)
+    env = {**view.env, **(sandbox.service_env if sandbox else {})}
+    netns = sandbox.netns_path if sandbox else None
+    Spec(root=str(root), argv=argv, env=env, mounts=view.mounts, cwd=view.cwd, netns=netns).dump(spec_file)
     launcher_env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return procs.spawn([sys.executable, "-m", "mmrl_local.mountns", str(spec_file)], log, env=launcher_env)

@@ -34,8 +34,9 @@ def spawn(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     die_with_parent: bool = True,
+    pass_fds: tuple[int, ...] = (),
 ) -> subprocess.Popen:
-    """Start ``args`` in a new session with stdout+stderr appended to ``log``."""
+    """Start ``args`` in a new session with stdout+stderr appended to ``log`` (``pass_fds`` stay open in it)."""
     _install_handlers()
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
@@ -48,6 +49,7 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
             preexec_fn=_die_with_parent if die_with_parent else None,
+            pass_fds=pass_fds,
         )
     with _lock:
         _live.append(proc)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mmrl_local import podrun, procs
+from mmrl_local import podnet, podrun, procs
 
 
 class ScriptError(ValueError):
@@ -132,10 +132,18 @@ RAY_LOG_LINES = 10  # Ray's job supervisor quotes the last 10 lines of the drive
 
 class EntrypointRun:
     """``spec.entrypoint`` executing as ``bash -c`` inside the Ray head pod's view (``podrun``): the head
-    container's env and volumes at their mount paths, its ServiceAccount token for the API. Ray runs a job's driver
-    on the head, which is why the head pod is the one that matters. Output is streamed to a log file."""
+    container's env and volumes at their mount paths, its ServiceAccount token for the API, and the head pod's
+    network namespace when a ``network`` is given. Ray runs a job's driver on the head, which is why the head pod
+    is the one that matters. Output is streamed to a log file."""
 
-    def __init__(self, job: dict, head_pod: dict, materialiser: podrun.PodMaterialiser, log_dir: Path) -> None:
+    def __init__(
+        self,
+        job: dict,
+        head_pod: dict,
+        materialiser: podrun.PodMaterialiser,
+        log_dir: Path,
+        network: podnet.PodNetwork | None = None,
+    ) -> None:
         meta = job["metadata"]
         self.log = log_dir / f"{meta['namespace']}_{meta['name']}.log"
         view = materialiser.view(head_pod)
@@ -146,8 +154,9 @@ class EntrypointRun:
             }
         )
         root = log_dir / "roots" / f"{meta['namespace']}_{meta['name']}"
+        sandbox = network.sandbox(head_pod) if network is not None else None
         self.proc: subprocess.Popen = podrun.spawn_in_pod(
-            view, ["bash", "-c", job["spec"]["entrypoint"]], self.log, root
+            view, ["bash", "-c", job["spec"]["entrypoint"]], self.log, root, sandbox
         )
 
     def poll(self) -> int | None:

@@ -1,15 +1,18 @@
 """The `make demo` path, end to end with shorter settings: examples/local.yaml through kubectl, the real operator,
-the KubeRay stand-in running the trainer inside the Ray head pod's view, a HyperPod node replacement once the
-trainer has sealed a checkpoint, and a resume from that checkpoint. Every stage is asserted from cluster state and
-from the files the trainer wrote on the claim."""
+the KubeRay stand-in running the trainer inside the Ray head pod's view and network namespace, a HyperPod node
+replacement once the trainer has sealed a checkpoint, a resume from that checkpoint, and vLLM serving the adapter
+from the inference pod's own network namespace. Every stage is asserted from cluster state and from the files the
+trainer wrote on the claim."""
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from pathlib import Path
 
 import pytest
 
-from mmrl_local import build
+from mmrl_local import build, podnet
 from mmrl_local.demo import Demo
 from mmrl_operator.chat_cli import ask
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
@@ -21,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 SHORT = {"spec": {"algorithm": {"maxSteps": 12}, "checkpoint": {"intervalSteps": 4}}}
 
 
-def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict) -> Demo:
+def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict, network=None) -> Demo:
     return Demo(
         api_client,
         build.build(verbose=False)["kubectl"],
@@ -31,15 +34,16 @@ def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: d
         out_dir=tmp_path / "out",
         overrides=overrides,
         say=lambda line: print(line, flush=True),
+        network=network,
     )
 
 
 def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_with_vllm(
-    control_plane, api_client, namespace, hyperpod_nodes, kuberay_run, operator, tmp_path
+    control_plane, api_client, namespace, hyperpod_nodes, pod_network, kuberay_run, operator, tmp_path
 ) -> None:
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(2)
-    d = demo(control_plane, api_client, namespace, tmp_path, SHORT)
+    d = demo(control_plane, api_client, namespace, tmp_path, SHORT, pod_network)
     try:
         summary = d.run(fault=True, timeout=900)
         hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
@@ -76,6 +80,12 @@ def assert_served(d: Demo, api_client, namespace: str, summary, tmp_path: Path) 
     assert inference["ready"] is True and inference["model"] == d.name
     assert next(c for c in status["conditions"] if c["type"] == "InferenceReady")["status"] == "True"
     assert status["adapter"]["sha256"] == sha256_file(summary.adapter_host_dir / "adapter_model.safetensors")
+    # vLLM ran in the inference pod's own network namespace; the host's loopback never got the pod's address.
+    box = d.inference.sandbox
+    assert os.readlink(f"/proc/{d.inference.server.pid}/ns/net") == f"net:[{os.stat(box.netns_path).st_ino}]"
+    assert box.ip == d.inference.ip and podnet.route_get(box.ip)["dev"] == d.network.bridge
+    lo = [i["local"] for e in podnet.ip_json("addr", "show", "dev", "lo") for i in e.get("addr_info") or []]
+    assert all(ipaddress.ip_address(a).is_loopback for a in lo), lo
     listed = {m["id"]: m.get("parent") for m in d.inference.models()}
     assert listed[d.name] == "tiny-qwen3-vl"  # the adapter, child of the served base model
     assert summary.served["answer"].strip().lower() in COLOURS, summary.served

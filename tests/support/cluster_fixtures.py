@@ -20,6 +20,7 @@ from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.kuberay_standin import KubeRayStandIn
+from mmrl_local.podnet import PodNetwork
 from tests.support.chart import Helm
 from tests.support.operator import Jobs, OperatorProcess
 from tests.support.polling import wait_until
@@ -110,10 +111,21 @@ def hyperpod_nodes(core: client.CoreV1Api) -> Iterator[HyperPodNodes]:
 
 
 def _standin(
-    api_client: client.ApiClient, namespace: str, tmp_path: Path, mode: str, strict: bool = False
+    api_client: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    mode: str,
+    strict: bool = False,
+    network: PodNetwork | None = None,
 ) -> Iterator[KubeRayStandIn]:
     standin = KubeRayStandIn(
-        api_client, mode=mode, namespaces={namespace}, log_dir=tmp_path / "rayjobs", resync=0.3, strict=strict
+        api_client,
+        mode=mode,
+        namespaces={namespace},
+        log_dir=tmp_path / "rayjobs",
+        resync=0.3,
+        strict=strict,
+        network=network,
     )
     standin.start()
     yield standin
@@ -123,23 +135,39 @@ def _standin(
 
 
 @pytest.fixture
-def kuberay(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[KubeRayStandIn]:
+def kuberay(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> Iterator[KubeRayStandIn]:
     """The KubeRay stand-in in scripted mode, limited to this test's namespace. ``kuberay.script(name, ...)``
     decides how RayJobs end; RayJob logs of run-mode jobs go to ``tmp_path / "rayjobs"``."""
-    yield from _standin(api_client, namespace, tmp_path, "scripted")
+    yield from _standin(api_client, namespace, tmp_path, "scripted", network=control_plane.pod_network)
 
 
 @pytest.fixture
-def kuberay_strict(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[KubeRayStandIn]:
+def kuberay_strict(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> Iterator[KubeRayStandIn]:
     """Scripted mode with KubeRay v1.5's timing: RayJob finalizers, graceful pod termination, Terminating pods
     counted as ready; it records any attempt that starts while the previous one is not gone."""
-    yield from _standin(api_client, namespace, tmp_path, "scripted", strict=True)
+    yield from _standin(api_client, namespace, tmp_path, "scripted", strict=True, network=control_plane.pod_network)
 
 
 @pytest.fixture
-def kuberay_run(api_client: client.ApiClient, namespace: str, tmp_path: Path) -> Iterator[KubeRayStandIn]:
-    """The stand-in in run mode: every RayJob's entrypoint really runs inside its Ray head pod's view."""
-    yield from _standin(api_client, namespace, tmp_path, "run")
+def kuberay_run(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> Iterator[KubeRayStandIn]:
+    """The stand-in in run mode: every RayJob's entrypoint really runs inside its Ray head pod's view, in the head
+    pod's network namespace where this machine can make one (else in this machine's network)."""
+    yield from _standin(api_client, namespace, tmp_path, "run", network=control_plane.pod_network)
+
+
+@pytest.fixture
+def pod_network(control_plane: ControlPlane) -> PodNetwork:
+    """The session's pod network; tests that run pods for real are skipped, with the reason, where there is none.
+    CI runs as root, where there always is one."""
+    if control_plane.pod_network is None:
+        pytest.skip(control_plane.network_note)
+    return control_plane.pod_network
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):

@@ -1,0 +1,59 @@
+"""``python -m mmrl_local.tcpforward FD HOST PORT``: relay every connection accepted on an inherited listening
+socket to HOST:PORT, byte for byte (TLS passes through untouched).
+
+This is the one Service a local pod needs before any other: ``kubernetes``. On a cluster kube-proxy forwards the
+Service's address to the apiserver; here the apiserver listens on loopback only, which a pod in its own network
+namespace cannot reach, so ``podnet`` binds a socket on the run's bridge address and hands it to this relay. The
+parent binds, so the port is known before this process starts and no other process can take it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+
+CHUNK = 1 << 16
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(ConnectionError, OSError):
+            writer.close()
+
+
+async def _relay(host: str, port: int, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+    try:
+        server_r, server_w = await asyncio.open_connection(host, port)
+    except OSError:
+        client_w.close()
+        return
+    await asyncio.gather(_pipe(client_r, server_w), _pipe(server_r, client_w))
+
+
+async def serve(listener: socket.socket, host: str, port: int) -> None:
+    server = await asyncio.start_server(lambda r, w: _relay(host, port, r, w), sock=listener)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m mmrl_local.tcpforward FD HOST PORT", file=sys.stderr)
+        return 2
+    listener = socket.socket(fileno=int(argv[0]))
+    asyncio.run(serve(listener, argv[1], int(argv[2])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
