@@ -105,6 +105,7 @@ bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos
 	$(VPY) bench/memory.py $(BENCH_MEMORY)
 	$(VPY) bench/chaos.py --jobs $(BENCH_CHAOS_JOBS)
 	$(VPY) bench/trainer_step.py
+	$(VPY) bench/podnet.py
 	$(VPY) bench/report.py
 
 # Before/after of an operator change: this checkout's bench/ and local/ drive the operator and API of BEFORE (a git

@@ -172,6 +172,26 @@ def section_trainer(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def section_podnet(r: dict[str, Any]) -> list[str]:
+    def ms(s: dict[str, Any]) -> str:
+        return f"| {s['n']} | {s['p50']:.2f} | {s['p90']:.2f} | {s['max']:.2f} |"
+
+    return [
+        f"## Local pod network ({r['pods']} pods, {r['requests']} requests per side)",
+        "",
+        "| measurement | n | p50 ms | p90 ms | max ms |",
+        "|---|---|---|---|---|",
+        f"| network namespace + veth + route for a pod {ms(r['sandbox_setup_ms'])}",
+        f"| namespace removed (release) {ms(r['sandbox_release_ms'])}",
+        f"| pod deleted → its namespace gone (reaper polls every {r['reaper_poll_s']} s) "
+        f"{ms(r['pod_deleted_to_namespace_gone_ms'])}",
+        f"| GET /version, kept-alive, from the host {ms(r['host_kept_alive_ms'])}",
+        f"| GET /version, kept-alive, from a pod (relay) {ms(r['pod_kept_alive_ms'])}",
+        f"| GET /version, new TLS connection, from the host {ms(r['host_new_connection_ms'])}",
+        f"| GET /version, new TLS connection, from a pod (relay) {ms(r['pod_new_connection_ms'])}",
+    ]
+
+
 def load_note(r: dict[str, Any]) -> str:
     m = r.get("machine") or {}
     load = m.get("load_1m", m.get("load_1m_at_start"))
@@ -272,6 +292,7 @@ def render(res: dict[str, dict[str, Any]], notes: str, compare: list[str] | None
         ("memory", section_memory),
         ("chaos", section_chaos),
         ("trainer", section_trainer),
+        ("podnet", section_podnet),
     )
     lines += [*(compare or []), ""] if compare else []
     for name, render_section in sections:

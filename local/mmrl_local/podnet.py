@@ -62,6 +62,7 @@ IFNAMSIZ = 15  # the kernel's limit on interface names (16 bytes with the NUL)
 RUN_ID = re.compile(r"[0-9a-f]{6}")
 _LINK = re.compile(r"^(?:mmrlbr(?P<bridge>[0-9a-f]{6})|mm(?P<veth>[0-9a-f]{6})v\d+)$")
 _NETNS = re.compile(r"^mmrl-(?P<run>[0-9a-f]{6})-")
+_PROBE = re.compile(r"^mmrl-probe-(?P<pid>\d+)-")
 
 
 class PodNetError(RuntimeError):
@@ -225,6 +226,11 @@ def remove_leftovers() -> list[str]:
             else:
                 ip("link", "del", name, check=False)
             removed.append(name)
+    for entry in ip_json("netns", "list"):  # a probe of `unavailable_reason` whose process was killed mid-way
+        probe = _PROBE.match(entry.get("name", ""))
+        if probe and not procs.pid_alive(int(probe["pid"])):
+            ip("netns", "del", entry["name"], check=False)
+            removed.append(entry["name"])
     for path in REGISTRY.glob("*.json"):
         if path.stem not in live:
             path.unlink(missing_ok=True)

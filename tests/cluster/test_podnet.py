@@ -271,3 +271,14 @@ def test_without_root_the_run_says_why_in_one_line_and_makes_no_pod_network(monk
         assert cp.network_note == f"pods do not get their own network namespaces here: {reason}"
     finally:
         podnet.unavailable_reason.cache_clear()
+
+
+def test_a_probe_namespace_of_a_killed_process_is_removed_too(control_plane) -> None:
+    if control_plane.network_note:
+        pytest.skip(control_plane.network_note)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    name = f"mmrl-probe-{gone.pid}-dead"
+    podnet.ip("netns", "add", name)
+    assert name in podnet.remove_leftovers()
+    assert name not in names_on_host()
