@@ -83,8 +83,6 @@ class ControlPlane:
     """The apiserver's audit log (one JSON line per request: who, verb, resource, user agent). By default it is
     `<workdir>/audit.log` and holds only the requests of service accounts in AUDITED_NAMESPACE; when a path is
     given here it holds every request (the benchmarks count a process's API calls with it)."""
-    pod_networks: bool = True
-    """Give pods that run for real their own network namespaces (``pod_network``); off for runs that run none."""
     procs: dict[str, object] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     pod_network: podnet.PodNetwork | None = None
@@ -148,7 +146,7 @@ class ControlPlane:
         stages.write_text(stage_documents())
         self._spawn("kwok", self._kwok_args(stages))
         self._wait_default_service_account(timeout)
-        if self.pod_networks and not self.network_note:
+        if not self.network_note:
             self.pod_network = podnet.PodNetwork(("127.0.0.1", self.api_port), self.workdir).start()
             self.pod_network.watch(self.api_client())
 

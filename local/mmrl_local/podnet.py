@@ -59,7 +59,6 @@ BLACKHOLES = (POD_CIDR, SERVICE_CIDR, NODE_CIDR)
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` pins a namespace
 REGISTRY = Path(os.environ.get("MMRL_PODNET_REGISTRY", "/run/mmrl-local/podnet"))
 IFNAMSIZ = 15  # the kernel's limit on interface names (16 bytes with the NUL)
-RUN_ID = re.compile(r"[0-9a-f]{6}")
 _LINK = re.compile(r"^(?:mmrlbr(?P<bridge>[0-9a-f]{6})|mm(?P<veth>[0-9a-f]{6})v\d+)$")
 _NETNS = re.compile(r"^mmrl-(?P<run>[0-9a-f]{6})-")
 _PROBE = re.compile(r"^mmrl-probe-(?P<pid>\d+)-")
@@ -141,8 +140,10 @@ def install_routes() -> str | None:
     """Blackhole the pod, service and node ranges on the host (idempotent; harmless to leave in place): more
     specific routes (a running pod's /32 to its run's bridge) win, and nothing else in them leaves the machine.
     Returns why the routes could not be installed, or None."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
+    if os.geteuid() != 0:
         return "not root: cannot blackhole the cluster's address ranges on this host"
+    if shutil.which("ip") is None:
+        return "no `ip` command (install iproute2): cannot blackhole the cluster's address ranges on this host"
     for cidr in BLACKHOLES:
         done = ip("route", "replace", "blackhole", cidr, check=False)
         if done.returncode != 0:
