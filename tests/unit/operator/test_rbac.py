@@ -75,7 +75,7 @@ def _calls(path: Path, name: str) -> list[ast.Call]:
 
 
 def test_every_kind_the_reconcile_deletes_is_declared_for_delete() -> None:
-    deletes = _calls(OPERATOR / "reconcile.py", "Delete")
+    deletes = [call for module in sorted(OPERATOR.glob("*.py")) for call in _calls(module, "Delete")]
     kinds = {ast.literal_eval(call.args[1]) for call in deletes if isinstance(call.args[1], ast.Constant)}
     # Serving removes its Deployment and Service (what reconcile turns into Deletes with variable arguments).
     kinds |= {kind for _, kind, _ in children_to_remove(job(), ServingObserved(deployment={}, service={}))}
