@@ -133,6 +133,9 @@ class JobStatus(StatusModel):
     trainer is presumed at fault) and `infra`."""
     degraded_nodes: list[str] = Field(default_factory=list)
     """Nodes hosting this job's pods that currently report a fault."""
+    foreign_objects: list[str] = Field(default_factory=list, max_length=16)
+    """`Kind name` of objects that carry this job's label and a child's name but that the job does not control
+    (their controller reference names something else): never adopted, never written. Each is warned about once."""
     attempts: list[Attempt] = Field(default_factory=list)
     ray_cluster: str | None = None
     ray_job: str | None = None

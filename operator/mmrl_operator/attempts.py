@@ -24,20 +24,17 @@ def budget_of(failure: str) -> str | None:
 
 
 def adopt_orphan_attempt(d: Decision) -> None:
-    """A RayJob newer than status.attempt means we crashed after creating it: record it, don't recreate."""
-    newest = max(d.obs.rayjobs, default=0)
-    while d.status.attempt < newest:
-        prev = d.current()
-        cause = "initial" if d.status.attempt == 0 else ((prev.failure if prev else None) or "resume")
-        d.status.attempt += 1
-        d.status.attempts.append(
-            Attempt(
-                index=d.status.attempt,
-                ray_job=rayjob_name(d.job.name, d.status.attempt),
-                cause=cause,  # type: ignore[arg-type]
-                start_time=ts(d.now),
-            )
-        )
+    """The job's RayJob for attempt `status.attempt + 1` means we crashed after creating it and before recording
+    it: record it, don't recreate. Only that one number can be adopted (see `Decision`)."""
+    n = d.status.attempt + 1
+    if n not in d.obs.rayjobs:
+        return
+    prev = d.current()
+    cause = "initial" if n == 1 else ((prev.failure if prev else None) or "resume")
+    d.status.attempt = n
+    d.status.attempts.append(
+        Attempt(index=n, ray_job=rayjob_name(d.job.name, n), cause=cause, start_time=ts(d.now))  # type: ignore[arg-type]
+    )
 
 
 def budget_raised(d: Decision) -> bool:
@@ -191,7 +188,7 @@ def end_attempt(d: Decision, cur: Attempt, kind: str, node: str | None, message:
 
 
 def start_when_ready(d: Decision, cause: str) -> None:
-    if d.obs.apply_error:
+    if d.obs.apply_error or d.obs.name_conflict:
         return  # this pass could not create the children; finish() reports why, the next pass retries
     after = parse_ts(d.status.next_attempt_after)
     if after is not None and d.now < after:

@@ -17,6 +17,7 @@ from mmrl_api import constants as c
 from mmrl_operator.health import health_signature
 from mmrl_operator.informer import Informer, Kind, Obj
 from mmrl_operator.kube import Kube
+from mmrl_operator.ownership import controller_of
 
 log = logging.getLogger("mmrl.caches")
 JobKey = tuple[str, str]
@@ -28,7 +29,13 @@ NODES = Kind("", "v1", "nodes", namespaced=False)
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
-    return {k: v for k, v in obj["metadata"].items() if k not in ("managedFields", "ownerReferences")}
+    """Metadata without managedFields; of the owner references only the controller's identity, which decides
+    whether the object is the job's (see `ownership`)."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("managedFields", "ownerReferences")}
+    ref = controller_of(obj)
+    if ref is not None:
+        meta["ownerReferences"] = [{k: ref.get(k) for k in ("kind", "name", "uid", "controller")}]
+    return meta
 
 
 def slim_raycluster(obj: Obj) -> Obj:

@@ -26,8 +26,9 @@ from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
 from mmrl_operator.caches import Caches
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import ApplyRejected, JobGone, Kube
-from mmrl_operator.names import attempt_of, inference_name, raycluster_name
+from mmrl_operator.names import attempt_of, inference_name, job_uid, raycluster_name
 from mmrl_operator.observed import Observed, PodInfo, ServingObserved, adapter_check_failure, pod_problem
+from mmrl_operator.ownership import controlled_by, describe, ray_pod_of
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
 from mmrl_operator.service_proxy import describe_error
 from mmrl_operator.serving import deployment_state
@@ -48,21 +49,34 @@ def observe(
 ) -> Observed:
     """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs; the
     serving side is observed too unless `serving` is given."""
-    ns, name = job.namespace, job.name
+    ns, name, uid = job.namespace, job.name, job_uid(job)
     owned = list_owned or kube.list_owned
-    clusters = [
-        o for o in owned(c.RAY_API_VERSION, "RayCluster", ns, name) if o["metadata"]["name"] == raycluster_name(name)
-    ]
+    foreign: list[str] = []
+    clusters: list[dict[str, Any]] = []
+    for obj in owned(c.RAY_API_VERSION, "RayCluster", ns, name):
+        if obj["metadata"]["name"] != raycluster_name(name):
+            continue
+        if controlled_by(obj, uid):
+            clusters.append(obj)
+        else:
+            foreign.append(f"RayCluster {obj['metadata']['name']}")
     rayjobs: dict[int, dict[str, Any]] = {}
     for obj in owned(c.RAY_API_VERSION, "RayJob", ns, name):
         attempt = attempt_of(obj["metadata"]["name"], name)
-        if attempt is not None:
+        if attempt is None:
+            continue
+        if controlled_by(obj, uid):
             rayjobs[attempt] = obj
+        else:
+            foreign.append(f"RayJob {obj['metadata']['name']}")
+    cluster_uid = clusters[0]["metadata"].get("uid") if clusters else None
     pods, inference_pods = [], []
     for p in owned("v1", "Pod", ns, name):
         meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
         if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) == inference.COMPONENT:
             inference_pods.append(p)
+            continue
+        if not ray_pod_of(p, name, cluster_uid):
             continue
         pods.append(
             PodInfo(
@@ -84,7 +98,12 @@ def observe(
     if serving is None:
         serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
     return Observed(
-        raycluster=clusters[0] if clusters else None, rayjobs=rayjobs, pods=pods, nodes=nodes, serving=serving
+        raycluster=clusters[0] if clusters else None,
+        rayjobs=rayjobs,
+        pods=pods,
+        nodes=nodes,
+        serving=serving,
+        foreign=tuple(sorted(foreign)),
     )
 
 
@@ -99,8 +118,9 @@ def observe_serving(
     the adapter listing from /v1/models through the Service (the apiserver's service proxy)."""
     ns, name = job.namespace, inference_name(job.name)
     owned = list_owned or kube.list_owned
-    deps = [o for o in owned("apps/v1", "Deployment", ns, job.name) if o["metadata"]["name"] == name]
-    svcs = [o for o in owned("v1", "Service", ns, job.name) if o["metadata"]["name"] == name]
+    uid = job_uid(job)  # an object under the name that this job does not control is a NameConflict when written
+    deps = [o for o in owned("apps/v1", "Deployment", ns, job.name) if _ours(o, name, uid)]
+    svcs = [o for o in owned("v1", "Service", ns, job.name) if _ours(o, name, uid)]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     check_failure = next((f for p in live if (f := adapter_check_failure(p))), None)
     problem = next((pr for p in live if (pr := pod_problem(p))), None)
@@ -119,6 +139,37 @@ def observe_serving(
         pod_problem=problem,
         check_failure=check_failure,
     )
+
+
+def controlled_children(job: MultimodalRLJob, observed: Observed) -> set[tuple[str, str]]:
+    """(kind, name) of the children this pass observed under the job's control: written without a read first."""
+    known = {("RayJob", o["metadata"]["name"]) for o in observed.rayjobs.values()}
+    for kind, obj in (
+        ("RayCluster", observed.raycluster),
+        ("Deployment", observed.serving.deployment),
+        ("Service", observed.serving.service),
+    ):
+        if obj is not None:
+            known.add((kind, obj["metadata"]["name"]))
+    return known
+
+
+def name_conflicts(kube: Kube, job: MultimodalRLJob, observed: Observed, objects: list[dict[str, Any]]) -> list[str]:
+    """The objects of `objects` whose name is taken by one this job does not control. A child this pass observed
+    under the job's control needs no read; any other is read by name (first writes, static children)."""
+    known, uid, found = controlled_children(job, observed), job_uid(job), []
+    for obj in objects:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if (kind, name) in known:
+            continue
+        existing = kube.get(obj["apiVersion"], kind, job.namespace, name)
+        if existing is not None and not controlled_by(existing, uid):
+            found.append(describe(kind, name, existing))
+    return found
+
+
+def _ours(obj: dict[str, Any], name: str, uid: str) -> bool:
+    return bool(obj["metadata"]["name"] == name and controlled_by(obj, uid))
 
 
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -204,8 +255,11 @@ def reconcile(
         metrics.FRESH_READS.inc()
         observed = observe(kube, job, lookup)
         plan = decide(job, generation, observed, now)
+    # An object under a child's name that the job does not control is never written (apply with force would take
+    # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.
+    conflicts = name_conflicts(kube, job, observed, plan.apply)
     refused = []
-    for obj in plan.apply:
+    for obj in [] if conflicts else plan.apply:
         try:
             stored = kube.apply(obj)
         except ApplyRejected as exc:
@@ -213,10 +267,13 @@ def reconcile(
             continue
         if caches is not None:
             caches.wrote(stored)  # the next pass sees our write even before the watch delivers it
-    if refused:
-        # Decide again knowing the applies failed: the status then says why (Stalled/ApplyFailed) instead of
-        # recording an attempt that was never created, while deletes (fault handling) still go ahead.
-        plan = decide(job, generation, dataclasses.replace(observed, apply_error="; ".join(refused)), now)
+    if refused or conflicts:
+        # Decide again knowing the applies failed: the status then says why (Stalled: NameConflict or ApplyFailed)
+        # instead of recording an attempt that was never created, while deletes (fault handling) still go ahead.
+        failed = dataclasses.replace(
+            observed, apply_error="; ".join(refused) or None, name_conflict="; ".join(conflicts) or None
+        )
+        plan = decide(job, generation, failed, now)
         plan.apply = []
     for d in plan.delete:
         kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)

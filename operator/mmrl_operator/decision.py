@@ -7,7 +7,7 @@ concern into `attempts` (attempts and restart budgets), `faults` (nodes, lost po
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -59,8 +59,16 @@ def parse_ts(value: str | None) -> datetime | None:
 
 class Decision:
     def __init__(self, job: MultimodalRLJob, generation: int, observed: Observed, now: datetime) -> None:
-        self.job, self.spec, self.gen, self.obs, self.now = job, job.spec, generation, observed, now
+        self.job, self.spec, self.gen, self.now = job, job.spec, generation, now
         self.status: JobStatus = (job.status or JobStatus()).model_copy(deep=True)
+        # One attempt at a time: a RayJob of the job's beyond the next attempt number was not made by this operator
+        # (a forged owner reference, or a name picked to cost a loop per number): it is ignored like a stranger's.
+        nxt = self.status.attempt + 1
+        beyond = [rayjob_name(job.name, n) for n in sorted(observed.rayjobs) if n > nxt]
+        if beyond:
+            observed = replace(observed, rayjobs={n: o for n, o in observed.rayjobs.items() if n <= nxt})
+        self.obs = observed
+        self.foreign: list[str] = sorted({*observed.foreign, *(f"RayJob {name}" for name in beyond)})
         self.plan = Plan()
         self.message = self.status.message or ""
         self.reason = ""

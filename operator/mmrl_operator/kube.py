@@ -108,6 +108,14 @@ class Kube:
         )
         return [item.to_dict() for item in result.items]
 
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One namespaced object by name, or None when there is none."""
+        self._count()
+        try:
+            return self._resource(api_version, kind, "get").get(name=name, namespace=namespace).to_dict()  # type: ignore[no-any-return]
+        except NotFoundError:
+            return None
+
     def get_node(self, name: str) -> dict[str, Any] | None:
         self._count()
         require(CORE, "nodes", "get")

@@ -18,11 +18,20 @@ def rayjob_name(job_name: str, attempt: int) -> str:
     return f"{job_name}-a{attempt}"
 
 
+MAX_ATTEMPT_DIGITS = 6
+"""Attempt numbers have at most this many digits: a name like `<job>-a<10^200>` is not an attempt of any job."""
+
+
 def attempt_of(rayjob_name_: str, job_name: str) -> int | None:
-    """The attempt number encoded in a RayJob name of this job, or None if it is not one of ours."""
+    """The attempt number encoded in a RayJob name of this job's form, or None. The name says only where to look:
+    whether the RayJob is the job's is its controller reference's business (see `ownership`)."""
     prefix = f"{job_name}-a"
     tail = rayjob_name_.removeprefix(prefix)
-    return int(tail) if rayjob_name_.startswith(prefix) and tail.isdigit() else None
+    if not rayjob_name_.startswith(prefix) or not tail.isascii() or not tail.isdigit():
+        return None
+    if len(tail) > MAX_ATTEMPT_DIGITS or tail.startswith("0"):
+        return None
+    return int(tail)
 
 
 def config_map_name(job_name: str) -> str:
@@ -54,9 +63,13 @@ def kueue_labels(job: MultimodalRLJob) -> dict[str, str]:
     return out
 
 
+def job_uid(job: MultimodalRLJob) -> str:
+    uid = (job.metadata.model_extra or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
 def uid8(job: MultimodalRLJob) -> str:
-    uid = (job.metadata.model_extra or {}).get("uid") or ""
-    return uid.replace("-", "")[:8] or "nouid"
+    return job_uid(job).replace("-", "")[:8] or "nouid"
 
 
 def job_dir(job: MultimodalRLJob) -> str:

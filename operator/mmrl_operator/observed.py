@@ -56,6 +56,12 @@ class Observed:
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
     serving: ServingObserved = field(default_factory=ServingObserved)
     """The inference Deployment, Service and /v1/models answer (only read once training succeeded)."""
+    foreign: tuple[str, ...] = ()
+    """`Kind name` of objects that carry this job's label and a child's name (or name form) but are controlled by
+    something else: never adopted, never written; the job warns about each once."""
+    name_conflict: str | None = None
+    """Set when this pass meant to write an object whose name is taken by one the job does not control (see
+    controller.reconcile): decide again with it, so the job is Stalled with reason NameConflict."""
     apply_error: str | None = None
     """Set when this pass's applies were refused by the apiserver (see controller.reconcile): decide again with
     it, so the status says why and no attempt is recorded that was never created."""

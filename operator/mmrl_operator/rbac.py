@@ -28,7 +28,8 @@ Scope = Literal["cluster", "watched", "own"]
 CORE, APPS, RBAC, COORDINATION = "", "apps", "rbac.authorization.k8s.io", "coordination.k8s.io"
 # Kubernetes' verbs on resources; a verb of these that a rule does not list is one the operator must not hold.
 ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
-# Server-side apply is a PATCH; the apiserver also authorizes `create` when the object does not exist yet.
+# Server-side apply is a PATCH; the apiserver also authorizes `create` when the object does not exist yet. Every
+# child is read by name (`get`) before the first write, so an object the job does not control is never applied.
 APPLY = ("create", "patch")
 
 
@@ -66,18 +67,24 @@ PERMISSIONS: tuple[Rule, ...] = (
         "children carry blockOwnerDeletion owner references to their job",
     ),
     # --- children -----------------------------------------------------------------------------------------------
-    Rule(c.RAY_GROUP, "rayclusters", ("list", "watch", *APPLY, "delete"), "watched", "the job's Ray cluster"),
-    Rule(c.RAY_GROUP, "rayjobs", ("list", "watch", *APPLY, "delete"), "watched", "one RayJob per attempt"),
+    Rule(c.RAY_GROUP, "rayclusters", ("get", "list", "watch", *APPLY, "delete"), "watched", "the job's Ray cluster"),
+    Rule(c.RAY_GROUP, "rayjobs", ("get", "list", "watch", *APPLY, "delete"), "watched", "one RayJob per attempt"),
     Rule(CORE, "pods", ("list", "watch", "delete"), "watched", "Ray pods: node lookups, moving pods off failing nodes"),
     Rule(CORE, "events", ("create",), "watched", "Events on jobs"),
-    Rule(CORE, "configmaps", APPLY, "watched", "the trainer's config"),
-    Rule(CORE, "serviceaccounts", APPLY, "watched", "the trainer's identity"),
+    Rule(CORE, "configmaps", ("get", *APPLY), "watched", "the trainer's config"),
+    Rule(CORE, "serviceaccounts", ("get", *APPLY), "watched", "the trainer's identity"),
     Rule(
-        RBAC, "roles", APPLY, "watched", "the trainer's Role: get its job, patch its status (held above, no escalate)"
+        RBAC,
+        "roles",
+        ("get", *APPLY),
+        "watched",
+        "the trainer's Role: get its job, patch its status (held above, no escalate)",
     ),
-    Rule(RBAC, "rolebindings", APPLY, "watched", "binds the trainer's Role (its rules are held above, no bind)"),
-    Rule(APPS, "deployments", ("list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Deployment"),
-    Rule(CORE, "services", ("list", *APPLY, "delete"), "watched", "serving: the vLLM Service"),
+    Rule(
+        RBAC, "rolebindings", ("get", *APPLY), "watched", "binds the trainer's Role (its rules are held above, no bind)"
+    ),
+    Rule(APPS, "deployments", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Deployment"),
+    Rule(CORE, "services", ("get", "list", *APPLY, "delete"), "watched", "serving: the vLLM Service"),
     Rule(CORE, "services/proxy", ("get",), "watched", "serving: ask vLLM's /v1/models through the apiserver"),
     # --- the operator's own namespace -------------------------------------------------------------------------
     Rule(COORDINATION, "leases", ("create",), "own", "leader election: create the Lease (cannot be name-limited)"),

@@ -12,13 +12,38 @@ from mmrl_operator.observed import queued_by_kueue, rayjob_outcome
 APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried on this period and on every change
 
 
-def finish(d: Decision) -> Plan:
+MAX_FOREIGN_OBJECTS = 16
+
+
+def blocked_write(d: Decision) -> tuple[str, str] | None:
+    """(reason, message) when this pass could not write a child: its name is taken by an object the job does not
+    control (NameConflict: the user must rename or remove it), or the apiserver refused it (ApplyFailed)."""
+    if d.obs.name_conflict:
+        return "NameConflict", f"{d.obs.name_conflict}; rename or delete it, or rename this job"
     if d.obs.apply_error:
-        d.message = f"the apiserver refused a child object: {d.obs.apply_error}"
+        return "ApplyFailed", d.obs.apply_error
+    return None
+
+
+def warn_foreign(d: Decision) -> None:
+    """One Warning per object that looks like a child (label and name) but is not the job's; status keeps the list."""
+    seen = set(d.status.foreign_objects)
+    for name in d.foreign:
+        if name not in seen:
+            d.event("Warning", "NotAdopted", f"{name} is not controlled by this job: it is ignored and never adopted")
+    d.status.foreign_objects = list(d.foreign[:MAX_FOREIGN_OBJECTS])
+
+
+def finish(d: Decision) -> Plan:
+    stalled = blocked_write(d)
+    if stalled is not None:
+        reason, message = stalled
+        d.message = message if reason == "NameConflict" else f"the apiserver refused a child object: {message}"
         before = next((x for x in d.status.conditions if x.type == "Stalled"), None)
-        if not (before and before.reason == "ApplyFailed" and before.message == d.obs.apply_error):
-            d.event("Warning", "ApplyFailed", d.obs.apply_error)  # once per distinct refusal
+        if not (before and before.status == "True" and before.reason == reason and before.message == message):
+            d.event("Warning", reason, message)  # once per distinct refusal or conflict
         d.due.append(d.now + timedelta(seconds=APPLY_RETRY_SECONDS))
+    warn_foreign(d)
     d.status.attempts = d.status.attempts[-MAX_ATTEMPT_HISTORY:]
     d.status.observed_generation = d.gen
     if d.status.phase not in ("Failed",):
@@ -40,7 +65,7 @@ def finish(d: Decision) -> Plan:
             if queued_by_kueue(d.obs.raycluster)
             else d.pod_problem
         ),
-        stalled=("ApplyFailed", d.obs.apply_error) if d.obs.apply_error else None,
+        stalled=stalled,
         spec_change_pending=d.spec_change_pending,
         inference=d.inference_ready,
     )

@@ -6,17 +6,16 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_operator.names import job_labels
+from mmrl_operator.names import job_labels, job_uid
 
 
 def owner_reference(job: MultimodalRLJob) -> dict[str, Any]:
     """Children are garbage-collected with the job; `controller: true` marks mmrl as their one manager."""
-    uid = (job.metadata.model_extra or {}).get("uid", "")
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,
         "name": job.name,
-        "uid": uid,
+        "uid": job_uid(job),
         "controller": True,
         "blockOwnerDeletion": True,
     }
