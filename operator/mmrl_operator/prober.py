@@ -2,18 +2,20 @@
 waits for a tenant's inference server.
 
 A pass that sees an Available inference Deployment calls `seen`: it gets the latest answer for that Deployment at
-once (None before the first), and a fresh probe is queued behind it. When a probe brings news (another listing, or
-an answer where there was an error, or the reverse), the job is woken for a pass that decides on it; anything else
-wakes nobody — not even an error worded differently — so probing runs at the pace of the passes (events, and
-serving's periodic requeue) and never feeds itself. Each job has at most one probe queued
-or running, so memory and threads stay bounded however many jobs serve and however slow their servers are: N servers
-that never answer cost N deadlines of the prober's time, none of the reconcile workers'.
+once (None before the first), and a fresh probe is queued behind it unless the latest answer is younger than
+`fresh` seconds. When a probe's outcome differs from the one before (another listing, another error), the job is
+woken for a pass that decides on it; an unchanged outcome wakes nobody. Together these keep probing at the pace of
+the passes (events, and serving's periodic requeue): the pass a fresh answer wakes does not ask again, so probing
+never feeds itself. Each job has at most one probe queued or running, so memory and threads stay bounded however
+many jobs serve and however slow their servers are: N servers that never answer cost N deadlines of the prober's
+time, none of the reconcile workers'.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,10 +46,12 @@ class Probe:
 
 
 class Prober:
-    def __init__(self, ask: Callable[[Target], Probe], wake: Callable[[Key], None], workers: int = 4) -> None:
-        self._ask, self._wake = ask, wake
+    def __init__(
+        self, ask: Callable[[Target], Probe], wake: Callable[[Key], None], workers: int = 4, fresh: float = 5.0
+    ) -> None:
+        self._ask, self._wake, self._fresh = ask, wake, fresh
         self._cv = threading.Condition()
-        self._latest: dict[Key, Probe] = {}
+        self._latest: dict[Key, tuple[Probe, float]] = {}  # the answer, and when it came (monotonic)
         self._wanted: dict[Key, Target] = {}  # queued or running, one per job
         self._order: deque[Key] = deque()  # queued jobs, oldest first
         self._running: set[Key] = set()
@@ -67,16 +71,18 @@ class Prober:
             self._cv.notify_all()
 
     def seen(self, key: Key, target: Target) -> Probe | None:
-        """The latest answer for `target` without waiting for one, and a fresh probe queued behind it."""
+        """The latest answer for `target` without waiting for one; a fresh probe is queued unless it is recent."""
         with self._cv:
-            latest = self._latest.get(key)
+            latest, at = self._latest.get(key, (None, 0.0))
+            current = latest if latest is not None and latest.target == target else None
             self._dropped.discard(key)
-            if key not in self._wanted:
+            recent = current is not None and time.monotonic() - at < self._fresh
+            if not recent and key not in self._wanted:
                 if key not in self._running:
                     self._order.append(key)
                     self._cv.notify()
                 self._wanted[key] = target
-            return latest if latest is not None and latest.target == target else None
+            return current
 
     def forget(self, key: Key) -> None:
         """The job no longer serves (or is gone): drop its answer, and its probe if not yet started."""
@@ -114,14 +120,12 @@ class Prober:
                 if key in self._dropped:
                     self._dropped.discard(key)
                     continue
-                before = self._latest.get(key)
-                self._latest[key] = probe
+                before = self._latest.get(key, (None, 0.0))[0]
+                self._latest[key] = (probe, time.monotonic())
             if news(before, probe):
                 self._wake(key)
 
 
 def news(before: Probe | None, after: Probe) -> bool:
-    """Whether a pass could decide differently on `after` than on `before`."""
-    if before is None or before.target != after.target:
-        return True
-    return before.models != after.models or (before.error is None) != (after.error is None)
+    """Whether a pass could decide or report differently on `after` than on `before`."""
+    return before is None or (before.target, before.models, before.error) != (after.target, after.models, after.error)

@@ -76,7 +76,7 @@ def test_passes_never_wait_for_servers_that_hold_every_prober_thread(servers: Se
 
 def test_a_changed_answer_wakes_the_job_and_an_unchanged_one_does_not(servers: Servers) -> None:
     woken: queue.Queue = queue.Queue()
-    prober = Prober(servers.ask, woken.put, workers=1)
+    prober = Prober(servers.ask, woken.put, workers=1, fresh=0.0)
     prober.start()
     servers.add("a", "unavailable")
     key = ("ns", "a")
@@ -96,10 +96,24 @@ def test_a_changed_answer_wakes_the_job_and_an_unchanged_one_does_not(servers: S
     prober.stop()
 
 
-def test_news_ignores_a_differently_worded_error() -> None:
+def test_the_pass_a_fresh_answer_wakes_does_not_ask_again(servers: Servers) -> None:
+    asked: list[Target] = []
+    woken: queue.Queue = queue.Queue()
+    prober = Prober(lambda t: asked.append(t) or servers.ask(t), woken.put, workers=1, fresh=3600)
+    prober.start()
+    servers.add("a", "models")
+    prober.seen(("ns", "a"), target("a"))
+    woken.get(timeout=30)
+    assert prober.seen(("ns", "a"), target("a")) is not None  # the woken pass reads the answer...
+    assert not prober._wanted and len(asked) == 1  # ...and queues nothing: no probe-wake-probe loop
+    prober.stop()
+
+
+def test_news_is_any_other_outcome() -> None:
     t = target("a")
     assert news(None, Probe(t, None, "HTTP 503: x"))
-    assert not news(Probe(t, None, "HTTP 503: x"), Probe(t, None, "no complete answer within 5s"))
+    assert not news(Probe(t, None, "HTTP 503: x"), Probe(t, None, "HTTP 503: x"))
+    assert news(Probe(t, None, "HTTP 503: x"), Probe(t, None, "no complete answer within 5s"))
     assert news(Probe(t, None, "HTTP 503: x"), Probe(t, []))
     assert news(Probe(t, []), Probe(t, [{"id": "geo-lora"}]))
     assert news(Probe(t, []), Probe(target("a", "uid-2"), []))
