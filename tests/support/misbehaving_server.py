@@ -2,8 +2,9 @@
 time, or with far more than anyone asked for. It records, per connection, how many bytes it got out before the
 client hung up, which is what tells a bounded reader from one that reads everything.
 
-``python -m tests.support.misbehaving_server PORT MODE`` serves on every interface (as vLLM does in its pod);
-``start(MODE)`` serves on 127.0.0.1 in this process. MODEs:
+``python tests/support/misbehaving_server.py PORT MODE [HOST]`` serves on HOST (default: every interface, as vLLM
+does in its pod) and prints the port it got (PORT 0: any free one); ``start(MODE)`` serves on 127.0.0.1 in this
+process. MODEs:
 
 - ``models``: a normal `/v1/models` answer listing ``geo-lora``.
 - ``trickle-headers``: the status line, headers and body one byte at a time, ``TRICKLE_GAP`` apart.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 TRICKLE_GAP = 0.05
 HUGE = 400 << 20
-MODELS = json.dumps({"object": "list", "data": [{"id": "geo-lora", "parent": "tiny", "object": "model"}]}).encode()
+MODELS = json.dumps({"object": "list", "data": [{"id": "geo-lora", "object": "model"}]}).encode()
 
 
 @dataclass
@@ -122,5 +123,6 @@ def start(mode: str, host: str = "127.0.0.1", port: int = 0) -> tuple[socketserv
 
 
 if __name__ == "__main__":
-    srv, _ = start(sys.argv[2], "0.0.0.0", int(sys.argv[1]))
+    srv, _ = start(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "0.0.0.0", int(sys.argv[1]))
+    print(srv.server_address[1], flush=True)
     threading.Event().wait()
