@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_api import constants as c
+from mmrl_operator.bounded_http import ResponseTooLarge
 from mmrl_operator.service_proxy import proxy_json
+
+CHAT_DEADLINE = 120.0  # seconds for the whole answer: a cold adapter on a busy server can take a while
 
 
 def image_part(path: Path) -> dict[str, Any]:
@@ -47,7 +50,9 @@ def ask(api_client, namespace: str, name: str, question: str, image: Path | None
         raise RuntimeError(f"{namespace}/{name} is not serving (phase {phase})")
     port = inference["url"].rsplit(":", 1)[-1].split("/", 1)[0]
     body = chat_request(inference["model"], question, image)
-    answer = proxy_json(api_client, "POST", namespace, inference["service"], port, "/v1/chat/completions", body, 120)
+    answer = proxy_json(
+        api_client, "POST", namespace, inference["service"], port, "/v1/chat/completions", body, deadline=CHAT_DEADLINE
+    )
     return answer["choices"][0]["message"]["content"], inference
 
 
@@ -58,7 +63,7 @@ def main(name: str, question: str, image: str | None, namespace: str | None) -> 
     ns = namespace or config.list_kube_config_contexts()[1]["context"].get("namespace") or "default"
     try:
         answer, inference = ask(api_client, ns, name, question, Path(image) if image else None)
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, ResponseTooLarge) as exc:
         print(f"mmrl chat: {exc}", file=sys.stderr)
         return 1
     print(f"[{inference['model']} via {inference['service']}] {answer.strip()}")

@@ -29,6 +29,7 @@ from mmrl_operator.kube import ApplyRejected, JobGone, Kube
 from mmrl_operator.names import attempt_of, inference_name, job_uid, raycluster_name
 from mmrl_operator.observed import Observed, PodInfo, ServingObserved, adapter_check_failure, pod_problem
 from mmrl_operator.ownership import controlled_by, describe, ray_pod_of
+from mmrl_operator.prober import Probe, Target
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
 from mmrl_operator.service_proxy import describe_error
 from mmrl_operator.serving import deployment_state
@@ -115,7 +116,9 @@ def observe_serving(
     kube: Kube, job: MultimodalRLJob, pods: list[dict[str, Any]], list_owned: ListOwned | None = None
 ) -> ServingObserved:
     """The inference Deployment and Service, their pods' problems, and — only when the Deployment is Available —
-    the adapter listing from /v1/models through the Service (the apiserver's service proxy)."""
+    the adapter listing from /v1/models through the Service (the apiserver's service proxy). With the operator's
+    prober (`kube.prober`) the listing is its latest answer and the pass never waits for the server; without one
+    (a CLI, a test) it is asked now, under the same deadline and size cap."""
     ns, name = job.namespace, inference_name(job.name)
     owned = list_owned or kube.list_owned
     uid = job_uid(job)  # an object under the name that this job does not control is a NameConflict when written
@@ -126,11 +129,13 @@ def observe_serving(
     problem = next((pr for p in live if (pr := pod_problem(p))), None)
     models, error = None, None
     dep = deps[0] if deps else None
+    key = (ns, job.name)
     if dep is not None and svcs and deployment_state(dep, job.spec.inference.replicas)[0]:
-        try:
-            models = kube.service_get_json(ns, name, inference.PORT, "/v1/models").get("data") or []
-        except Exception as exc:  # an unreachable or not yet listening server is a fact, not an error
-            error = describe_error(exc)
+        target = Target(ns, name, inference.PORT, dep["metadata"].get("uid", ""))
+        probe = kube.prober.seen(key, target) if kube.prober else ask_models(kube, target)
+        models, error = (probe.models, probe.error) if probe else (None, "no answer yet")
+    elif kube.prober:
+        kube.prober.forget(key)
     return ServingObserved(
         deployment=dep,
         service=svcs[0] if svcs else None,
@@ -170,6 +175,17 @@ def name_conflicts(kube: Kube, job: MultimodalRLJob, observed: Observed, objects
 
 def _ours(obj: dict[str, Any], name: str, uid: str) -> bool:
     return bool(obj["metadata"]["name"] == name and controlled_by(obj, uid))
+
+
+def ask_models(kube: Kube, target: Target) -> Probe:
+    """GET /v1/models through the Service, now: the listing, or why there is none."""
+    try:
+        answer = kube.service_get_json(target.namespace, target.service, target.port, "/v1/models")
+        if not isinstance(answer, dict):
+            return Probe(target, None, "the answer is not a JSON object")
+        return Probe(target, answer.get("data") or [])
+    except Exception as exc:  # an unreachable, slow or not yet listening server is a fact, not an error
+        return Probe(target, None, describe_error(exc))
 
 
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import kopf
@@ -22,9 +23,10 @@ import kopf
 from mmrl_api import constants as c
 from mmrl_operator import metrics
 from mmrl_operator.caches import Caches
-from mmrl_operator.controller import TRAINER_OWNED, reconcile
+from mmrl_operator.controller import TRAINER_OWNED, ask_models, reconcile
 from mmrl_operator.kube import Kube, StatusConflict
 from mmrl_operator.leader import LeaderElector
+from mmrl_operator.prober import Prober
 from mmrl_operator.workqueue import Key, WorkQueue
 
 log = logging.getLogger("mmrl.handlers")
@@ -50,10 +52,15 @@ class Runtime:
     phases: dict[Key, str] = field(default_factory=dict)
     fingerprints: dict[Key, str] = field(default_factory=dict)  # see job_fingerprint
     stop: threading.Event = field(default_factory=threading.Event)
+    probe_workers: int = 4
     caches: Caches = field(init=False)
+    prober: Prober = field(init=False)
 
     def __post_init__(self) -> None:
         self.caches = Caches(self.kube, self.namespaces, wake=self.queue.add)
+        # /v1/models is asked on the prober's threads; a changed answer wakes the job's pass.
+        self.prober = Prober(partial(ask_models, self.kube), wake=self.queue.add, workers=self.probe_workers)
+        self.kube.prober = self.prober
 
 
 RUNTIME: Runtime | None = None
@@ -74,6 +81,7 @@ def reconcile_key(key: Key) -> float | None:
         return 0.0  # decided on a stale read: decide again now, from a fresh GET
     if plan is None:
         RUNTIME.phases.pop(key, None)
+        RUNTIME.prober.forget(key)
         return None
     RUNTIME.phases[key] = plan.status.get("phase", "Pending")
     return plan.requeue_after
@@ -108,6 +116,7 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # given namespaces, or the whole cluster, for the resources served at start (run.py waits for ours).
     settings.scanning.disabled = True
     RUNTIME.caches.start()  # every node and child listed before any pass runs
+    RUNTIME.prober.start()
     if RUNTIME.elector:
         RUNTIME.elector.start()
     RUNTIME.queue.start()
@@ -119,6 +128,7 @@ def _cleanup(**_: Any) -> None:
     if RUNTIME:
         RUNTIME.stop.set()
         RUNTIME.queue.stop()
+        RUNTIME.prober.stop()
         RUNTIME.caches.stop()
         if RUNTIME.elector:
             RUNTIME.elector.stop()
@@ -145,6 +155,7 @@ def _job_event(type: str | None, name: str, namespace: str, body: kopf.Body, **_
     if type == "DELETED":
         RUNTIME.phases.pop(key, None)
         RUNTIME.fingerprints.pop(key, None)
+        RUNTIME.prober.forget(key)
         return
     RUNTIME.phases.setdefault(key, "Pending")
     fingerprint = job_fingerprint(body)

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -23,6 +23,9 @@ from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 from mmrl_api import constants as c
 from mmrl_operator.rbac import CORE, require
 from mmrl_operator.service_proxy import proxy_json
+
+if TYPE_CHECKING:
+    from mmrl_operator.prober import Prober
 
 log = logging.getLogger("mmrl.kube")
 
@@ -68,6 +71,8 @@ class Kube:
         self.calls = 0  # every request of this process
         self._thread = threading.local()  # and of the current thread: the reconcile passes run on 4 workers
         self.writes = 0
+        # The operator's /v1/models prober (set by handlers.Runtime); without one a pass asks the server itself.
+        self.prober: Prober | None = None
         crash = os.environ.get("MMRL_CRASH_AFTER_WRITES")
         self._crash_after = int(crash) if crash else None
 
@@ -126,12 +131,13 @@ class Kube:
                 return None
             raise
 
-    def service_get_json(self, namespace: str, service: str, port: int, path: str, timeout: float = 5.0) -> Any:
+    def service_get_json(self, namespace: str, service: str, port: int, path: str, deadline: float = 5.0) -> Any:
         """GET `path` from a Service through the apiserver's service proxy (works from inside and outside the
-        cluster, needs `get services/proxy`); the JSON body, or an exception when it does not answer."""
+        cluster, needs `get services/proxy`); the JSON body, or an exception when it does not answer in full
+        within `deadline` seconds or its answer is larger than 1 MiB."""
         require(CORE, "services/proxy", "get")
         self._count()
-        return proxy_json(self.api_client, "GET", namespace, service, port, path, timeout=timeout)
+        return proxy_json(self.api_client, "GET", namespace, service, port, path, deadline=deadline)
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the apiserver serves the resource now (discovery: every authenticated client may read it)."""

@@ -55,6 +55,7 @@ def run_operator(args: argparse.Namespace) -> int:
             elector=elector,
             resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30")),
             namespaces=namespaces,
+            probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
         )
     )
     if args.metrics_port:

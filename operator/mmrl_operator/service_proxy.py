@@ -1,12 +1,14 @@
-"""Raw HTTP to the apiserver (`api_request`, for what the generated client models only slow down: watches, the
-service proxy), and to a Service through the apiserver's service proxy: reaches in-cluster endpoints from
-anywhere the Kubernetes API is reachable, with the caller's own credentials (RBAC: `get`/`create` on
-`services/proxy`)."""
+"""Raw HTTP to the apiserver (`api_request`, for what the generated client models only slow down: watches), and to a
+Service through the apiserver's service proxy: reaches in-cluster endpoints from anywhere the Kubernetes API is
+reachable, with the caller's own credentials (RBAC: `get`/`create` on `services/proxy`). What a Service answers is
+read under a deadline and a size cap (`bounded_http`): the server behind it is a tenant's, not ours."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from mmrl_operator import bounded_http
 
 
 def api_request(
@@ -48,11 +50,12 @@ def proxy_json(
     port: int | str,
     path: str,
     body: dict[str, Any] | None = None,
-    timeout: float = 5.0,
+    deadline: float = 5.0,
 ) -> Any:
-    """`method` `path` on `service`:`port`; returns the decoded JSON body, raises on a non-2xx answer."""
+    """`method` `path` on `service`:`port`; returns the decoded JSON body. Raises on a non-2xx answer, on one larger
+    than `bounded_http.MAX_BODY` and when the whole exchange takes longer than `deadline` seconds."""
     resource = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}"
-    return json.loads(api_request(api_client, method, resource, body=body, timeout=timeout).read())
+    return json.loads(bounded_http.request(api_client, method, resource, body=body, deadline=deadline))
 
 
 def describe_error(exc: Exception) -> str:

@@ -6,11 +6,17 @@ serving off, invalid adapters and cascade deletion."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_local import podrun, procs
+from mmrl_local.inference_kubelet import running_pod
+from tests.support import misbehaving_server
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 
@@ -159,3 +165,60 @@ def test_an_adapter_vllm_cannot_serve_fails_the_job_and_creates_no_deployment(
     assert "InvalidAdapter" in jobs.events("geo")
     assert deployment(core.api_client, jobs.ns) is None
     assert status["attempts"][0]["result"] == "Succeeded" and not status.get("restarts")
+
+
+MARKER = "marker-4f9c2e-not-for-logs"
+ENV_WITH_SECRET = [
+    {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}},
+    {"name": "NCCL_DEBUG", "value": MARKER},
+]
+
+
+def peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+
+
+def test_an_inference_server_that_floods_or_trickles_is_cut_off_and_named_in_the_condition(
+    jobs, operator, kuberay, nodes_ready, core, pod_network, tmp_path
+):
+    kuberay.script("geo-a1", "succeed-after=1")
+    body = serving_job()
+    body["spec"]["trainer"] = {**body["spec"].get("trainer", {}), "env": ENV_WITH_SECRET}
+    jobs.create(body)
+    api = core.api_client
+    dep = wait_until(lambda: deployment(api, jobs.ns), 90, what="the inference Deployment")
+    hf_token = next(e for e in dep.spec.template.spec.containers[0].env if e.name == "HF_TOKEN")
+    assert hf_token.value is None and hf_token.value_from.secret_key_ref.name == "hf-token"
+    wait_until(lambda: (deployment(api, jobs.ns).status.available_replicas or 0) == 1, 60, what="Available")
+    pod = running_pod(core, jobs.ns, f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}=inference")
+    box = pod_network.sandbox(pod)
+    view = podrun.PodView(pod=pod["metadata"]["name"], env=dict(os.environ), mounts=[], cwd="/", command=[])
+
+    def serve(mode: str):  # what answers on the pod's IP, where vLLM would (the apiserver's proxy dials it)
+        argv = [sys.executable, misbehaving_server.__file__, "8000", mode]
+        return podrun.spawn_in_pod(view, argv, tmp_path / f"{mode}.log", tmp_path / f"root-{mode}", box)
+
+    def message_has(text: str):  # type: ignore[no-untyped-def]
+        return lambda: text in (cond := inference_condition(jobs))["message"] and cond
+
+    server = serve("huge")
+    try:
+        # 400 MiB offered through the apiserver: refused after at most 1 MiB, and said so.
+        cond = wait_until(message_has("1 MiB accepted"), 90, what="the oversized answer in the condition")
+        assert cond["status"] == "False" and cond["reason"] == "AdapterNotListed"
+        assert peak_rss_mib(operator.proc.pid) < 300  # it never held the body (it did: 845 MiB)
+        procs.stop(server)
+        server = serve("trickle-body")  # a byte every 50 ms: the whole answer would take minutes
+        wait_until(message_has("no complete answer within 5s"), 90, what="the deadline in the condition")
+        procs.stop(server)
+        server = serve("models")  # a server that behaves: the adapter is listed and the job is ready
+        wait_until(lambda: inference_condition(jobs)["status"] == "True", 90, what="InferenceReady")
+        assert jobs.condition("geo", "Ready") == "True"
+        # The env's literal value went only where the trainer reads it: not into the log, events or status.
+        events = core.list_namespaced_event(jobs.ns).items
+        assert events and all(MARKER not in (e.message or "") for e in events)
+        assert MARKER not in operator.log_path.read_text() and MARKER not in json.dumps(jobs.status("geo"))
+    finally:
+        procs.stop(server)
+        pod_network.release(pod["metadata"]["uid"])

@@ -161,6 +161,17 @@ def _volumes(job: MultimodalRLJob, adapter: Adapter) -> tuple[list[dict[str, Any
     return volumes, mounts
 
 
+def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
+    """The server's own settings, then the trainer's secret variables (HF_TOKEN for a gated hub model, say): the
+    server loads the same base model, so it needs the same credentials — as the same secretKeyRef, so the value
+    never appears in the Deployment. The trainer's literal settings (NCCL, logging) are the trainer's alone."""
+    env = [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}]
+    taken = {e["name"] for e in env}
+    return env + [
+        e.wire() for e in job.spec.trainer.env if e.value_from and e.value_from.secret_key_ref and e.name not in taken
+    ]
+
+
 def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
     spec, inf = job.spec, job.spec.inference
     volumes, mounts = _volumes(job, adapter)
@@ -172,7 +183,7 @@ def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
         "command": SERVER_COMMAND,
         "args": vllm_args(job, adapter),
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}],
+        "env": _env(job),
         "resources": _resources(job),
         "volumeMounts": server_mounts,
         # Loading a large model can take many minutes: startup allows 30, then readiness and liveness take over.
