@@ -114,10 +114,52 @@ def _feature_violations(cfg: dict[str, Any]) -> list[Violation]:
     return out
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# The JSON type each rule key must have in adapter_config.json (None is always allowed: PEFT writes null).
+RULE_KEY_TYPES: dict[str, tuple[str, Any]] = {
+    "peft_type": ("a string", lambda v: isinstance(v, str)),
+    "r": ("an integer", _is_int),
+    "lora_alpha": ("a number", lambda v: _is_int(v) or isinstance(v, float)),
+    "target_modules": ("a string or a list of strings", lambda v: isinstance(v, str) or _is_str_list(v)),
+    "rank_pattern": (
+        "a mapping of module patterns to integers",
+        lambda v: isinstance(v, dict) and all(_is_int(x) for x in v.values()),
+    ),
+    "modules_to_save": ("a list of strings", _is_str_list),
+    "use_dora": ("a boolean", lambda v: isinstance(v, bool)),
+    "lora_bias": ("a boolean", lambda v: isinstance(v, bool)),
+    "bias": ("a string", lambda v: isinstance(v, str)),
+    "init_lora_weights": ("a boolean or a string", lambda v: isinstance(v, bool | str)),
+    "base_model_name_or_path": ("a string", lambda v: isinstance(v, str)),
+}
+
+
+def type_violations(cfg: Any) -> list[Violation]:
+    """Keys of the wrong JSON type: the other rules are only meaningful on a config that passes this."""
+    if not isinstance(cfg, dict):
+        return [Violation("config-type", "(config)", "adapter_config.json must be a JSON object")]
+    return [
+        Violation("config-type", key, f"{cfg[key]!r} must be {what}")
+        for key, (what, ok) in RULE_KEY_TYPES.items()
+        if cfg.get(key) is not None and not ok(cfg[key])
+    ]
+
+
 def config_violations(
     cfg: dict[str, Any], *, max_lora_rank: int | None = None, base_model: str | None = None
 ) -> list[Violation]:
-    """Every rule `cfg` (adapter_config.json, or its rule subset) breaks; empty when vLLM can serve it."""
+    """Every rule `cfg` (adapter_config.json, or its rule subset) breaks; empty when vLLM can serve it. A config
+    with keys of the wrong type gets only those violations (whoever wrote it, the rules never raise on it)."""
+    wrong = type_violations(cfg)
+    if wrong:
+        return wrong
     out = _feature_violations(cfg)
     missing = [k for k in ("r", "lora_alpha", "target_modules") if cfg.get(k) in (None, "", [])]
     if missing:

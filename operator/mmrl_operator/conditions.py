@@ -26,6 +26,7 @@ class Facts:
     stalled: tuple[str, str] | None = None  # (reason, message) when the operator cannot make progress
     spec_change_pending: str | None = None  # why a spec change waits for the running attempt to end
     inference: tuple[bool | None, str, str] | None = None  # InferenceReady (status, reason, message) once trained
+    status_problems: str | None = None  # status fields read back that did not validate and were left out
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
@@ -47,6 +48,12 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
         ("Failed", p == "Failed", facts.reason if p == "Failed" else p, facts.message),
         ("Suspended", p == "Suspended", p, facts.message),
         _inference_ready(facts),
+        (
+            "StatusValid",
+            facts.status_problems is None,
+            "MalformedStatus" if facts.status_problems else "Valid",
+            facts.status_problems or "every status field read back is well-formed",
+        ),
         (
             "SpecChangePending",
             facts.spec_change_pending is not None,

@@ -33,6 +33,7 @@ from mmrl_operator.prober import Probe, Target
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
 from mmrl_operator.service_proxy import describe_error
 from mmrl_operator.serving import deployment_state
+from mmrl_operator.status_input import split_status
 
 log = logging.getLogger("mmrl.controller")
 TRAINER_OWNED = "progress"  # status.progress is written by the trainer only
@@ -47,6 +48,7 @@ def observe(
     node_lookup: NodeLookup | None = None,
     list_owned: ListOwned | None = None,
     serving: ServingObserved | None = None,
+    status_problems: list[str] | None = None,
 ) -> Observed:
     """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs; the
     serving side is observed too unless `serving` is given."""
@@ -105,6 +107,7 @@ def observe(
         nodes=nodes,
         serving=serving,
         foreign=tuple(sorted(foreign)),
+        status_problems=tuple(status_problems or ()),
     )
 
 
@@ -188,6 +191,13 @@ def ask_models(kube: Kube, target: Target) -> Probe:
         return Probe(target, None, describe_error(exc))
 
 
+def parse_read_back(raw: dict[str, Any]) -> tuple[MultimodalRLJob, list[str]]:
+    """The job as stored, with the status fields that do not validate left out (see `status_input`): a bad spec
+    raises ValueError; a bad status is one of the problems returned, reported on the job by the decision."""
+    clean, problems = split_status(raw.get("status"))
+    return parse_job({**raw, "status": clean} if problems else raw), problems
+
+
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Merge patch from old to new status, leaving the trainer's `progress` alone; keys that vanished → null."""
     patch: dict[str, Any] = {k: v for k, v in new.items() if k != TRAINER_OWNED and old.get(k) != v}
@@ -234,7 +244,7 @@ def settled(stored: dict[str, Any], generation: int, observed: Observed, now: da
     of our own write needs no pass. When the write is one step of several (the next one decided from the status
     just written), it does."""
     try:
-        again = decide(parse_job(stored), generation, observed, now)
+        again = decide(parse_read_back(stored)[0], generation, observed, now)
     except ValueError:
         return False
     return not (again.apply or again.delete or again.events or _status_patch(stored.get("status") or {}, again.status))
@@ -258,18 +268,18 @@ def reconcile(
     if raw is None or raw["metadata"].get("deletionTimestamp"):
         return None  # garbage collection removes the children through their ownerReferences
     try:
-        job = parse_job(raw)
+        job, problems = parse_read_back(raw)
     except ValueError as exc:
         _invalid(kube, raw, f"invalid spec: {exc}", now)
         return None
     generation = raw["metadata"].get("generation", 0)
     lookup = node_lookup or (caches.node if caches else None)
-    observed = observe(kube, job, lookup, caches.owned if caches else None)
+    observed = observe(kube, job, lookup, caches.owned if caches else None, status_problems=problems)
     plan = decide(job, generation, observed, now)
     if caches is not None and starts_or_stops(plan, raw.get("status") or {}):
         # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far.
         metrics.FRESH_READS.inc()
-        observed = observe(kube, job, lookup)
+        observed = observe(kube, job, lookup, status_problems=problems)
         plan = decide(job, generation, observed, now)
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.
@@ -310,7 +320,7 @@ def reconcile(
         if written is not None and caches is not None:
             # Would the pass that our own write's watch event asks for do anything? Decide it now on the caches,
             # which already hold this pass's applies; if not, that event needs no pass.
-            after = observe(kube, job, lookup, caches.owned, serving=observed.serving)
+            after = observe(kube, job, lookup, caches.owned, serving=observed.serving, status_problems=problems)
             if settled(stored, generation, after, now):
                 written(stored)
         metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})

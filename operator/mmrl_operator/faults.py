@@ -6,6 +6,7 @@ from mmrl_api.status import Attempt
 from mmrl_operator.decision import Decision, Delete
 from mmrl_operator.names import rayjob_name
 from mmrl_operator.observed import desired_workers, pod_set_digest, rayjob_outcome
+from mmrl_operator.shape import dig
 
 
 def watch_nodes(d: Decision) -> None:
@@ -53,7 +54,7 @@ def previous_attempt_lingers(d: Decision) -> str | None:
     ready replicas, so cluster readiness alone does not tell."""
     for attempt, rayjob in sorted(d.obs.rayjobs.items()):
         name = rayjob_name(d.job.name, attempt)
-        if (rayjob.get("metadata") or {}).get("deletionTimestamp"):
+        if dig(rayjob, "metadata", "deletionTimestamp"):
             return f"RayJob {name} is still being deleted"
         if rayjob_outcome(rayjob)[0] in ("Pending", "Running"):
             return f"RayJob {name} is still active"

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from mmrl_operator.health import NodeVerdict
+from mmrl_operator.shape import dig, integer, mapping, records, text
 
 Outcome = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -62,6 +63,9 @@ class Observed:
     name_conflict: str | None = None
     """Set when this pass meant to write an object whose name is taken by one the job does not control (see
     controller.reconcile): decide again with it, so the job is Stalled with reason NameConflict."""
+    status_problems: tuple[str, ...] = ()
+    """Fields of the job's status (as read back) that did not validate and were left out of this pass: the trainer
+    and anything else with write access to the status subresource may write them. Reported, never fatal."""
     apply_error: str | None = None
     """Set when this pass's applies were refused by the apiserver (see controller.reconcile): decide again with
     it, so the status says why and no attempt is recorded that was never created."""
@@ -81,21 +85,22 @@ STUCK_CONTAINER_REASONS = (
 
 def pod_problem(pod: dict[str, Any]) -> tuple[str, str] | None:
     """Why a pod is stuck, as (reason, message), from what the scheduler and kubelet wrote into its status."""
-    name = pod["metadata"]["name"]
-    status = pod.get("status") or {}
-    if pod["metadata"].get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+    name = text(dig(pod, "metadata", "name"))
+    status = mapping(pod.get("status"))
+    if dig(pod, "metadata", "deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason"):
-            detail = " ".join((cond.get("message") or "no node fits").split())
-            return cond["reason"], f"pod {name} cannot be scheduled: {detail}"
-    containers = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
-    for cs in containers:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in STUCK_CONTAINER_REASONS:
-            detail = " ".join((waiting.get("message") or "").split())
-            text = f"pod {name} container {cs.get('name')}: {waiting['reason']}"
-            return waiting["reason"], f"{text}: {detail}" if detail else text
+    for cond in records(status.get("conditions")):
+        reason = text(cond.get("reason"))
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and reason:
+            detail = " ".join((text(cond.get("message")) or "no node fits").split())
+            return reason, f"pod {name} cannot be scheduled: {detail}"
+    for cs in records(status.get("initContainerStatuses")) + records(status.get("containerStatuses")):
+        waiting = mapping(dig(cs, "state", "waiting"))
+        reason = text(waiting.get("reason"))
+        if reason in STUCK_CONTAINER_REASONS:
+            detail = " ".join(text(waiting.get("message")).split())
+            line = f"pod {name} container {text(cs.get('name'))}: {reason}"
+            return reason, f"{line}: {detail}" if detail else line
     return None
 
 
@@ -108,46 +113,46 @@ def pod_set_digest(pods: list[PodInfo]) -> str:
 
 def rayjob_outcome(rayjob: dict[str, Any]) -> tuple[Outcome, str]:
     """Map KubeRay's (jobDeploymentStatus, jobStatus) to an outcome and a message."""
-    st = rayjob.get("status") or {}
-    deployment = st.get("jobDeploymentStatus") or ""
-    job_status = st.get("jobStatus") or ""
-    message = st.get("message") or st.get("reason") or ""
+    st = mapping(rayjob.get("status"))
+    deployment = text(st.get("jobDeploymentStatus"))
+    job_status = text(st.get("jobStatus"))
+    message = text(st.get("message")) or text(st.get("reason"))
     if job_status == "SUCCEEDED" and deployment in ("Complete", ""):
         return "Succeeded", message or "the Ray job succeeded"
     if job_status in ("FAILED", "STOPPED") or deployment in ("Failed", "ValidationFailed"):
-        reason = st.get("reason") or job_status or deployment
-        return "Failed", f"{reason}: {message}" if message and message != reason else str(reason)
+        reason = text(st.get("reason")) or job_status or deployment
+        return "Failed", f"{reason}: {message}" if message and message != reason else reason
     if job_status == "RUNNING" or deployment == "Running":
         return "Running", "the Ray job is running"
     return "Pending", "the Ray job is being submitted"
 
 
 def desired_workers(raycluster: dict[str, Any]) -> int:
-    groups = (raycluster.get("spec") or {}).get("workerGroupSpecs") or []
-    return sum(int(g.get("replicas", 0)) * int(g.get("numOfHosts", 1)) for g in groups)
+    groups = records(dig(raycluster, "spec", "workerGroupSpecs"))
+    return sum(max(0, integer(g.get("replicas"))) * max(1, integer(g.get("numOfHosts"), 1)) for g in groups)
 
 
 def queued_by_kueue(raycluster: dict[str, Any] | None) -> bool:
     """Kueue holds a RayCluster it has not admitted (or has preempted) with `spec.suspend: true`. mmrl never sets
     that field, so when it is true it is Kueue's (or another admission controller's) doing."""
-    return bool(((raycluster or {}).get("spec") or {}).get("suspend"))
+    return dig(raycluster, "spec", "suspend") is True
 
 
 def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
     """None when there is no cluster; True when the head is ready and every desired worker is ready."""
     if raycluster is None:
         return None
-    st = raycluster.get("status") or {}
-    conditions = {c.get("type"): c.get("status") for c in st.get("conditions") or []}
+    st = mapping(raycluster.get("status"))
+    conditions = {text(c.get("type")): c.get("status") for c in records(st.get("conditions"))}
     head_ok = conditions.get("HeadPodReady") == "True" or (
         st.get("state") == "ready" and "HeadPodReady" not in conditions
     )
-    workers_ok = int(st.get("readyWorkerReplicas") or 0) >= desired_workers(raycluster)
+    workers_ok = integer(st.get("readyWorkerReplicas")) >= desired_workers(raycluster)
     # KubeRay reports the generation it last acted on: until it has seen our latest apply, the pods it reports on
     # may have been built from the previous spec.
-    generation = (raycluster.get("metadata") or {}).get("generation")
-    seen = st.get("observedGeneration")
-    current = generation is None or seen is None or int(seen) >= int(generation)
+    generation = integer(dig(raycluster, "metadata", "generation"), -1)
+    seen = integer(st.get("observedGeneration"), -1)
+    current = generation < 0 or seen < 0 or seen >= generation
     return bool(head_ok and workers_ok and current and st.get("state") == "ready")
 
 
@@ -155,14 +160,14 @@ def adapter_check_failure(pod: dict[str, Any]) -> str | None:
     """The error lines of the inference pod's adapter check when it refused the adapter (exit 3)."""
     from mmrl_api.contract import ERROR_PREFIX, EXIT_BAD_INPUT
 
-    for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
-        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-            term = state.get("terminated") or {}
-            if term.get("exitCode") == EXIT_BAD_INPUT:
+    for cs in records(dig(pod, "status", "initContainerStatuses")):
+        for state in (mapping(cs.get("state")), mapping(cs.get("lastState"))):
+            term = mapping(state.get("terminated"))
+            if integer(term.get("exitCode"), -1) == EXIT_BAD_INPUT:
                 lines = [
                     ln.split(ERROR_PREFIX, 1)[1].strip()
-                    for ln in (term.get("message") or "").splitlines()
+                    for ln in text(term.get("message")).splitlines()
                     if ERROR_PREFIX in ln
                 ]
-                return "; ".join(lines) or f"the adapter check in pod {pod['metadata']['name']} exited 3"
+                return "; ".join(lines) or f"the adapter check in pod {text(dig(pod, 'metadata', 'name'))} exited 3"
     return None

@@ -12,28 +12,62 @@ all working on one `decision.Decision`.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
 from mmrl_api import MultimodalRLJob
-from mmrl_api.status import InferenceStatus
+from mmrl_api.status import InferenceStatus, JobStatus
 from mmrl_operator.attempts import adopt_orphan_attempt, budget_of, budget_raised, step_attempts
 from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
+from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.decision import Decision, Delete, Event, Plan, parse_ts, ts
 from mmrl_operator.faults import watch_nodes
 from mmrl_operator.names import job_dir
 from mmrl_operator.observed import Observed
 from mmrl_operator.report import finish
 from mmrl_operator.serving import decide_serving
+from mmrl_operator.shape import dig
 
 __all__ = ["Delete", "Event", "Plan", "budget_of", "decide", "parse_ts", "ts"]
 
 
+log = logging.getLogger("mmrl.reconcile")
+UNDECIDED_RETRY_SECONDS = 60
+
+
 def decide(job: MultimodalRLJob, generation: int, observed: Observed, now: datetime) -> Plan:
-    """Compute the actions and the new status for one job. See the module docstring for the guarantees."""
-    return run(Decision(job, generation, observed, now))
+    """Compute the actions and the new status for one job. See the module docstring for the guarantees.
+
+    Total: malformed input (status read back, children, vLLM's answers) is handled where it is read, which the
+    property tests check on `run` itself. Should a case still escape, this job alone gets no actions, a Stalled
+    condition and a Warning, and is tried again later; the operator and every other job go on."""
+    try:
+        return run(Decision(job, generation, observed, now))
+    except Exception as exc:
+        log.exception("no decision for job %s/%s", job.namespace, job.name)
+        return undecided(job, generation, now, f"{type(exc).__name__}: {exc}")
+
+
+def undecided(job: MultimodalRLJob, generation: int, now: datetime, error: str) -> Plan:
+    status = (job.status or JobStatus()).model_copy(deep=True)
+    message = f"the operator could not decide on this job ({error[:500]}); it retries every {UNDECIDED_RETRY_SECONDS}s"
+    facts = Facts(
+        phase=status.phase,
+        generation=generation,
+        message=message,
+        reason="DecisionError",
+        cluster_ready=None,
+        training=False,
+        node_faults_message=None,
+        stalled=("DecisionError", message),
+    )
+    before = next((x for x in status.conditions if x.type == "Stalled"), None)
+    events = [] if before and before.message == message else [Event("Warning", "DecisionError", message)]
+    status.conditions = compute_conditions(status.conditions, facts, ts(now))
+    return Plan(events=events, status=status.wire(), requeue_after=UNDECIDED_RETRY_SECONDS)
 
 
 def run(d: Decision) -> Plan:
@@ -111,7 +145,7 @@ def ensure_children(d: Decision) -> None:
         service_account, *late = build_rbac(d.job)
         d.plan.apply += [service_account, build_config_map(d.job)]
     desired = build_raycluster(d.job)
-    current_hash = ((d.obs.raycluster or {}).get("metadata", {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    current_hash = dig(d.obs.raycluster, "metadata", "annotations", SPEC_HASH_ANNOTATION)
     d.desired_hash = desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
     cur = d.current()
     if d.obs.raycluster is None:

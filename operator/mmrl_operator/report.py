@@ -34,6 +34,17 @@ def warn_foreign(d: Decision) -> None:
     d.status.foreign_objects = list(d.foreign[:MAX_FOREIGN_OBJECTS])
 
 
+def malformed_status(d: Decision) -> str | None:
+    """The status fields this pass left out because they did not validate, once as a Warning per distinct set."""
+    if not d.obs.status_problems:
+        return None
+    message = "status fields left out as malformed: " + "; ".join(d.obs.status_problems)
+    before = next((x for x in d.status.conditions if x.type == "StatusValid"), None)
+    if not (before and before.status == "False" and before.message == message[:2048]):
+        d.event("Warning", "MalformedStatus", message)
+    return message
+
+
 def finish(d: Decision) -> Plan:
     stalled = blocked_write(d)
     if stalled is not None:
@@ -44,6 +55,7 @@ def finish(d: Decision) -> Plan:
             d.event("Warning", reason, message)  # once per distinct refusal or conflict
         d.due.append(d.now + timedelta(seconds=APPLY_RETRY_SECONDS))
     warn_foreign(d)
+    malformed = malformed_status(d)
     d.status.attempts = d.status.attempts[-MAX_ATTEMPT_HISTORY:]
     d.status.observed_generation = d.gen
     if d.status.phase not in ("Failed",):
@@ -51,7 +63,10 @@ def finish(d: Decision) -> Plan:
     cur = d.current()
     rayjob = d.obs.rayjobs.get(cur.index) if cur else None
     training = bool(cur and cur.result == "Running" and rayjob is not None and rayjob_outcome(rayjob)[0] == "Running")
-    degraded = ", ".join(f"{n} ({d.obs.nodes[n].reason})" for n in d.status.degraded_nodes)
+    verdicts = d.obs.nodes
+    degraded = ", ".join(
+        f"{n} ({verdicts[n].reason if n in verdicts else 'not observed'})" for n in d.status.degraded_nodes
+    )
     facts = Facts(
         phase=d.status.phase,
         generation=d.gen,
@@ -66,6 +81,7 @@ def finish(d: Decision) -> Plan:
             else d.pod_problem
         ),
         stalled=stalled,
+        status_problems=malformed,
         spec_change_pending=d.spec_change_pending,
         inference=d.inference_ready,
     )

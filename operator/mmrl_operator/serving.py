@@ -17,6 +17,7 @@ from mmrl_api.status import AdapterStatus, JobStatus
 from mmrl_operator.builders import inference as build
 from mmrl_operator.names import inference_name
 from mmrl_operator.observed import ServingObserved
+from mmrl_operator.shape import dig, integer, mapping, records, text
 
 PROBE_INTERVAL_SECONDS = 30.0  # while serving, /v1/models is checked again this often (and on every change)
 WAIT_INTERVAL_SECONDS = 10.0  # while a roll-out or the adapter listing is pending
@@ -53,7 +54,7 @@ def adapter_violations(job: MultimodalRLJob, reported: AdapterStatus | None) -> 
     }
     cfg.setdefault("base_model_name_or_path", reported.base_model or None)
     found = adapter_rules.config_violations(cfg, base_model=build.model_path(job))
-    if reported.rank != adapter_rules.max_rank(cfg):
+    if not found and reported.rank != adapter_rules.max_rank(cfg):
         found.append(adapter_rules.Violation("rank", "r", f"reported rank {reported.rank} != config rank"))
     return found
 
@@ -62,23 +63,27 @@ def deployment_state(dep: dict[str, Any] | None, replicas: int) -> tuple[bool, s
     """(available at the current generation with every replica updated, why not)."""
     if dep is None:
         return False, "creating the vLLM Deployment"
-    st = dep.get("status") or {}
-    if (st.get("observedGeneration") or 0) < (dep["metadata"].get("generation") or 0):
+    st = mapping(dep.get("status"))
+    if integer(st.get("observedGeneration")) < integer(dig(dep, "metadata", "generation")):
         return False, "the Deployment controller has not seen the latest spec yet"
-    for cond in st.get("conditions") or []:
+    conditions = records(st.get("conditions"))
+    for cond in conditions:
         if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
-            return False, f"roll-out stalled: {cond.get('message', '')}"
-    updated, available = st.get("updatedReplicas") or 0, st.get("availableReplicas") or 0
-    if updated < replicas or available < replicas or (st.get("replicas") or 0) > replicas:
+            return False, f"roll-out stalled: {text(cond.get('message'))}"
+    updated, available = integer(st.get("updatedReplicas")), integer(st.get("availableReplicas"))
+    if updated < replicas or available < replicas or integer(st.get("replicas")) > replicas:
         return False, f"rolling out: {updated}/{replicas} updated, {available} available"
-    avail = next((x for x in st.get("conditions") or [] if x.get("type") == "Available"), None)
+    avail = next((x for x in conditions if x.get("type") == "Available"), None)
     if not avail or avail.get("status") != "True":
         return False, "the Deployment is not Available"
     return True, ""
 
 
-def adapter_listed(models: list[dict[str, Any]] | None, name: str, base: str) -> bool:
-    return any(m.get("id") == name and m.get("parent") in (base, None) for m in models or [])
+def adapter_listed(models: Any, name: str, base: str) -> bool:
+    """Whether vLLM's /v1/models `data` lists the adapter under the base model; any other shape is "not listed"."""
+    if not isinstance(models, list):
+        return False
+    return any(isinstance(m, dict) and m.get("id") == name and m.get("parent") in (base, None) for m in models)
 
 
 def children_to_remove(job: MultimodalRLJob, obs: ServingObserved) -> list[tuple[str, str, str]]:
