@@ -79,7 +79,9 @@ class PodTemplateOverrides(ApiModel):
     scheduler_name: str | None = Field(default=None, max_length=63)
     spec_patch: dict[str, Any] | None = Field(default=None, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
     """JSON merge patch (RFC 7386) applied last to each pod spec, for what the fields above do not cover.
-    Not validated by the operator: you own what you put here."""
+    Not validated by the operator: you own what you put here. Clusters may refuse a ServiceAccount, host
+    namespaces, hostPath volumes, privileged containers and added capabilities here (the
+    mmrl-restrict-spec-patch admission policy)."""
 
 
 class ClusterSpec(ApiModel):

@@ -1,5 +1,6 @@
 """Generate the Helm chart's templates that come from code: the CRD (from the pydantic models), the RBAC (from
-`rbac.PERMISSIONS`) and the trainer status admission policy (from `policy.py`).
+`rbac.PERMISSIONS`) and the admission policies (trainer status fields from `policy.py`, specPatch limits from
+`spec_patch_policy.py`).
 
 They are templates, not files in the chart's `crds/` directory, because Helm never upgrades `crds/`: as a template
 the CRD follows `helm upgrade`. `python -m mmrl_operator.chart --out charts/mmrl-operator` writes them (`make
@@ -20,6 +21,7 @@ from mmrl_operator.crd import build_crd
 from mmrl_operator.generated import generator_main
 from mmrl_operator.policy import build_trainer_status_policy
 from mmrl_operator.rbac import Rule, rules_for
+from mmrl_operator.spec_patch_policy import build_spec_patch_policy
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "mmrl-operator"
 RBAC_API = "rbac.authorization.k8s.io/v1"
@@ -139,9 +141,10 @@ rules:
 """
 
 
-def render_policy() -> str:
+def render_policy(objects: list[dict[str, Any]], source: str, value: str) -> str:
+    """Admission policy objects as one template, rendered only when `.Values.<value>.enabled` is true."""
     docs = []
-    for obj in build_trainer_status_policy():
+    for obj in objects:
         rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
         docs.append(
             f"""apiVersion: {obj["apiVersion"]}
@@ -152,8 +155,8 @@ metadata:
 {_dump(rest, 0)}"""
         )
     body = "\n---\n".join(docs)
-    guard = "{{- if .Values.trainerStatusPolicy.enabled }}"
-    return f"{_header('operator/mmrl_operator/policy.py')}{guard}\n{body}\n{{{{- end }}}}\n"
+    guard = f"{{{{- if .Values.{value}.enabled }}}}"
+    return f"{_header(source)}{guard}\n{body}\n{{{{- end }}}}\n"
 
 
 def render() -> dict[str, str]:
@@ -161,7 +164,12 @@ def render() -> dict[str, str]:
     return {
         "templates/crd.yaml": render_crd(build_crd()),
         "templates/rbac.yaml": render_rbac(),
-        "templates/trainer-status-policy.yaml": render_policy(),
+        "templates/trainer-status-policy.yaml": render_policy(
+            build_trainer_status_policy(), "operator/mmrl_operator/policy.py", "trainerStatusPolicy"
+        ),
+        "templates/spec-patch-policy.yaml": render_policy(
+            build_spec_patch_policy(), "operator/mmrl_operator/spec_patch_policy.py", "specPatchPolicy"
+        ),
     }
 
 

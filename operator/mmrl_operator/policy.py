@@ -17,6 +17,7 @@ from mmrl_operator.names import TRAINER_SA_SUFFIX
 
 TRAINER_STATUS_FIELDS = ("progress", "adapter")
 POLICY_NAME = "mmrl-trainer-status-fields"
+ADMISSION_API = "admissionregistration.k8s.io/v1"
 
 
 def operator_status_fields() -> list[str]:
@@ -39,37 +40,51 @@ def build_trainer_status_policy() -> list[dict[str, Any]]:
         f"+ object.metadata.name + '{TRAINER_SA_SUFFIX}'"
     )
     owned = ", ".join(f"status.{f}" for f in TRAINER_STATUS_FIELDS)
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [c.GROUP],
-                        "apiVersions": [c.VERSION],
-                        "operations": ["UPDATE"],
-                        "resources": [f"{c.PLURAL}/status"],
-                    }
-                ]
-            },
-            "matchConditions": [{"name": "the-jobs-own-trainer", "expression": trainer}],
-            "validations": [
-                {
-                    "expression": _unchanged(field),
-                    "message": f"the trainer may write only {owned}; status.{field} belongs to the operator",
-                    "reason": "Forbidden",
-                }
-                for field in operator_status_fields()
-            ],
+    validations = [
+        {
+            "expression": _unchanged(field),
+            "message": f"the trainer may write only {owned}; status.{field} belongs to the operator",
+            "reason": "Forbidden",
+        }
+        for field in operator_status_fields()
+    ]
+    return admission_policy(
+        POLICY_NAME,
+        resource=f"{c.PLURAL}/status",
+        operations=["UPDATE"],
+        match_conditions=[{"name": "the-jobs-own-trainer", "expression": trainer}],
+        validations=validations,
+    )
+
+
+def admission_policy(
+    name: str,
+    *,
+    resource: str,
+    operations: list[str],
+    match_conditions: list[dict[str, str]],
+    validations: list[dict[str, str]],
+    variables: list[dict[str, str]] | None = None,
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy on MultimodalRLJobs that fails closed, and its cluster-wide Deny binding."""
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [c.GROUP], "apiVersions": [c.VERSION], "operations": operations, "resources": [resource]}
+            ]
         },
+        "matchConditions": match_conditions,
     }
+    if variables:
+        spec["variables"] = variables
+    spec["validations"] = validations
+    metadata = {"name": name, "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY}}
+    policy = {"apiVersion": ADMISSION_API, "kind": "ValidatingAdmissionPolicy", "metadata": metadata, "spec": spec}
     binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
+        "apiVersion": ADMISSION_API,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY}},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": dict(metadata),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]

@@ -20,13 +20,14 @@ from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_poli
 from mmrl_operator import chart, rbac
 from mmrl_operator.crd import build_crd
 from mmrl_operator.policy import POLICY_NAME
+from mmrl_operator.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
 from tests.support.chart import CHART, Helm, apply_objects, of_kind
 from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster
 
 DEFAULT: dict[str, Any] = {}
-NAMESPACED_WITH_MONITOR = {"metrics": {"serviceMonitor": {"enabled": True}}}
+NAMESPACED_WITH_OPT_INS = {"metrics": {"serviceMonitor": {"enabled": True}}, "specPatchPolicy": {"enabled": True}}
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -54,7 +55,7 @@ def table(scope: rbac.Scope, lease: str) -> set[tuple[str, str, str, tuple[str, 
 
 @pytest.mark.parametrize(
     "values",
-    [DEFAULT, {"watchNamespaces": ["team-a", "team-b"], **NAMESPACED_WITH_MONITOR}],
+    [DEFAULT, {"watchNamespaces": ["team-a", "team-b"], **NAMESPACED_WITH_OPT_INS}],
     ids=["default", "namespaced"],
 )
 def test_helm_lint_strict_passes(helm: Helm, values: dict[str, Any]) -> None:
@@ -135,12 +136,14 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     values: dict[str, Any] = {}
     if mode == "namespaced":
         crds.install(api_client, [build.servicemonitor_crd_path()])
-        values = {"watchNamespaces": [namespace, other_namespace], **NAMESPACED_WITH_MONITOR}
+        values = {"watchNamespaces": [namespace, other_namespace], **NAMESPACED_WITH_OPT_INS}
     objects = helm.template(f"dry-{secrets.token_hex(2)}", namespace, values)
     kinds = sorted({o["kind"] for o in objects})
     expected = {"ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role"}
     expected |= {"RoleBinding", "Service", "Deployment", "ValidatingAdmissionPolicy"}
     assert expected <= set(kinds) and ("ServiceMonitor" in kinds) is (mode == "namespaced")
+    policies = {o["metadata"]["name"] for o in of_kind(objects, "ValidatingAdmissionPolicy")}
+    assert (SPEC_PATCH_POLICY in policies) is (mode == "namespaced")  # opt-in
     apply_objects(api_client, objects, dry_run=True)  # raises on the first object the apiserver refuses
     # The restricted Pod Security Standard is enforced on pods (a Deployment only warns): admit the pod itself.
     core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})

@@ -1,4 +1,5 @@
-"""TrainerConfig → SkyRL overrides for the reference job (examples/job.yaml), checked against SkyRL's keys."""
+"""TrainerConfig → SkyRL settings for the reference job (examples/job.yaml), checked against SkyRL's keys; spec
+strings reach SkyRL's config literally (no YAML, no OmegaConf interpolation)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from safetensors.numpy import save_file
 
 from mmrl_api import MultimodalRLJob
 from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_trainer.backends.skyrl import skyrl_overrides, to_cli
+from mmrl_operator.jsonmerge import merge_patch
+from mmrl_trainer.backends.skyrl import skyrl_config_dict, skyrl_overrides
 from tests.support.corpus import example
 
 TRAIN, VAL = ["/fsx/job/data/train.parquet"], ["/fsx/job/data/validation.parquet"]
 
 
-def reference_overrides() -> tuple[dict, object]:
-    job = MultimodalRLJob.model_validate(example("job.yaml"))
+def reference_overrides(patch: dict | None = None) -> tuple[dict, object]:
+    job = MultimodalRLJob.model_validate(merge_patch(example("job.yaml"), patch or {}))
     cfg = build_trainer_config(job)
     return skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL), cfg
 
@@ -30,7 +32,15 @@ def test_reference_recipe_maps_to_skyrl_grpo_lora_numbers() -> None:
     assert o["trainer.algorithm.advantage_estimator"] == "grpo"
     assert o["trainer.policy.model.path"] == "Qwen/Qwen3-VL-8B-Instruct"
     assert (o["trainer.policy.model.lora.rank"], o["trainer.policy.model.lora.alpha"]) == (32, 32)
-    assert o["trainer.policy.model.lora.target_modules"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
+    assert o["trainer.policy.model.lora.target_modules"] == [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
     assert o["trainer.policy.optimizer_config.lr"] == 3e-5
     assert (o["trainer.algorithm.use_kl_loss"], o["trainer.algorithm.kl_loss_coef"]) == (False, 0.0)
     assert (o["trainer.algorithm.eps_clip_low"], o["trainer.algorithm.eps_clip_high"]) == (0.2, 0.2)
@@ -52,7 +62,7 @@ def test_vlm_flags_and_placement_from_the_worker_groups() -> None:
     assert o["generator.inference_engine.num_engines"] == 8
     assert o["generator.inference_engine.backend"] == "vllm"
     assert o["environment.env_class"] == "mmrl_reward"
-    assert o["data.train_data"] == "[/fsx/job/data/train.parquet]"
+    assert o["data.train_data"] == TRAIN
 
 
 def test_checkpoint_and_resume_follow_the_job_dir() -> None:
@@ -80,9 +90,53 @@ def test_no_resume_and_max_steps_and_kl() -> None:
     assert (o["trainer.eval_interval"], o["trainer.eval_before_train"]) == (-1, False)
 
 
-def test_cli_form_lowercases_booleans() -> None:
-    cli = to_cli({"a.b": True, "c": None, "d": 3e-5})
-    assert cli == ["a.b=true", "c=null", "d=3e-05"]
+def test_dotted_settings_nest_into_skyrl_sections_with_their_python_values() -> None:
+    nested = skyrl_config_dict({"a.b.c": True, "a.b.d": None, "a.e": 3e-5, "f": ["x,y"]})
+    assert nested == {"a": {"b": {"c": True, "d": None}, "e": 3e-5}, "f": ["x,y"]}
+
+
+# Strings that mean something to OmegaConf (interpolation, resolvers), to YAML (comments, quotes, flow lists and
+# maps, null/bool/number words) or to a `key=value` list (commas, brackets).
+HOSTILE = [
+    "${oc.env:HOME}",
+    "\\${oc.env:HOME}",
+    "#x",
+    "a #x",
+    "it's",
+    '"quoted"',
+    "a,b",
+    "[x]",
+    "{y: 1}",
+    "x: y",
+    "null",
+    "true",
+    "1e3",
+]
+
+
+def hostile_settings(s: str) -> tuple[dict, object]:
+    """Settings for a job whose checkpoint prefix (free text in the spec after the bucket) carries `s`, and whose
+    other strings the spec's patterns would refuse are set on the trainer config directly."""
+    _, cfg = reference_overrides({"spec": {"checkpoint": {"pvc": None, "s3": {"uri": f"s3://ckpt-bucket/{s}"}}}})
+    cfg = cfg.model_copy(
+        update={
+            "model": cfg.model.model_copy(update={"name": s}),
+            "lora": cfg.lora.model_copy(update={"target_modules": [s, "q_proj"]}),
+        }
+    )
+    return skyrl_overrides(cfg, train_files=[f"/data/{s}.parquet"], val_files=[f"/data/{s},v.parquet"]), cfg
+
+
+@pytest.mark.parametrize("s", HOSTILE)
+def test_spec_strings_reach_skyrl_as_the_literal_strings(s: str) -> None:
+    o, cfg = hostile_settings(s)
+    nested = skyrl_config_dict(o)
+    assert cfg.checkpoint.dir.startswith(f"s3://ckpt-bucket/{s}/")  # from the spec, through the operator
+    assert nested["trainer"]["ckpt_path"] == cfg.checkpoint.dir
+    assert nested["trainer"]["export_path"] == f"{cfg.checkpoint.dir}/exports"
+    assert nested["trainer"]["policy"]["model"]["path"] == nested["trainer"]["ref"]["model"]["path"] == s
+    assert nested["trainer"]["policy"]["model"]["lora"]["target_modules"] == [s, "q_proj"]
+    assert nested["data"] == {"train_data": [f"/data/{s}.parquet"], "val_data": [f"/data/{s},v.parquet"]}
 
 
 # SkyRL needs Python 3.12 and its own pins; when a venv with it exists (MMRL_SKYRL_PYTHON, or the throwaway one
@@ -93,9 +147,9 @@ _VALIDATE = r"""
 import json, sys, typing
 if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
     import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
-from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils.utils import validate_cfg
-c = SkyRLTrainConfig.from_cli_overrides(json.load(sys.stdin))
+from mmrl_trainer.backends.skyrl import build_skyrl_config
+c = build_skyrl_config(json.load(sys.stdin))
 validate_cfg(c)  # SkyRL's own cross-field checks (batch divisibility, placement, LoRA/VLM constraints)
 print(json.dumps({
     "lora_rank": c.trainer.policy.model.lora.rank,
@@ -110,12 +164,18 @@ print(json.dumps({
 """
 
 
+def run_skyrl(script: str, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
+    return subprocess.run(
+        [str(_SKYRL_PY), "-c", script, *args], input=stdin, capture_output=True, text=True, timeout=180, env=env
+    )
+
+
 @pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_own_config_class_accepts_the_overrides() -> None:
     o, _ = reference_overrides()
-    run = subprocess.run(
-        [str(_SKYRL_PY), "-c", _VALIDATE], input=json.dumps(to_cli(o)), capture_output=True, text=True, timeout=180
-    )
+    run = run_skyrl(_VALIDATE, json.dumps(o))
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got == {
@@ -133,11 +193,39 @@ def test_skyrl_own_config_class_accepts_the_overrides() -> None:
 @pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_rejects_a_misspelt_key_so_the_validation_is_real() -> None:
     o, _ = reference_overrides()
-    bad = [*to_cli(o), "trainer.policy.model.lora.rnak=8"]
-    run = subprocess.run(
-        [str(_SKYRL_PY), "-c", _VALIDATE], input=json.dumps(bad), capture_output=True, text=True, timeout=180
-    )
-    assert run.returncode != 0
+    run = run_skyrl(_VALIDATE, json.dumps({**o, "trainer.policy.model.lora.rnak": 8}))
+    assert run.returncode != 0 and "rnak" in run.stderr
+
+
+_LITERAL = r"""
+import json, sys, typing
+if sys.version_info < (3, 12):
+    import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
+from skyrl.train.config import SkyRLTrainConfig
+from mmrl_trainer.backends.skyrl import build_skyrl_config
+def seen(c):
+    m = c.trainer.policy.model
+    return [c.trainer.ckpt_path, m.path, list(m.lora.target_modules), list(c.data.train_data), list(c.data.val_data)]
+ours = {s: seen(build_skyrl_config(o)) for s, o in json.load(sys.stdin).items()}
+# SkyRL's own string path, which the trainer used before: the value is interpolated from the environment.
+cli = SkyRLTrainConfig.from_cli_overrides(["trainer.ckpt_path=s3://b/${oc.env:MMRL_TEST_SECRET}"]).trainer.ckpt_path
+print(json.dumps({"ours": ours, "cli": cli}))
+"""
+
+
+@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
+def test_skyrl_config_holds_spec_strings_literally_where_its_cli_path_would_read_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = {s: hostile_settings(s) for s in HOSTILE}
+    monkeypatch.setenv("MMRL_TEST_SECRET", "not-for-the-config")
+    run = run_skyrl(_LITERAL, json.dumps({s: o for s, (o, _) in settings.items()}))
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    for s, (_, cfg) in settings.items():
+        literal = [cfg.checkpoint.dir, s, [s, "q_proj"], [f"/data/{s}.parquet"], [f"/data/{s},v.parquet"]]
+        assert got["ours"][s] == literal, s
+    assert got["cli"] == "s3://b/not-for-the-config"  # what the structured path guards against
 
 
 _ENV = r"""

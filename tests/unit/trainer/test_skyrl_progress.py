@@ -222,11 +222,11 @@ try:
 except ModuleNotFoundError as err:
     print(f"SkyRL's trainer is not importable in this venv ({err})"); sys.exit(77)
 from transformers import AutoTokenizer
-from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.utils.tracking import Tracking
+from mmrl_trainer.backends.skyrl import build_skyrl_config
 parquet, tokenizer_dir = sys.argv[3:5]
-cfg = SkyRLTrainConfig.from_cli_overrides(json.load(sys.stdin))
+cfg = build_skyrl_config(json.load(sys.stdin))
 tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
 dataset = PromptDataset([parquet], tokenizer, max_prompt_length=cfg.trainer.max_prompt_length, num_workers=1)
 tracker = Tracking(cfg.trainer.project_name, cfg.trainer.run_name, backend=cfg.trainer.logger, config=cfg)
@@ -289,7 +289,7 @@ def test_skyrl_callback_api_reports_steps_rewards_and_checkpoints(tmp_path: Path
 
 @pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) -> None:
-    from mmrl_trainer.backends.skyrl import skyrl_overrides, to_cli
+    from mmrl_trainer.backends.skyrl import skyrl_overrides
     from mmrl_trainer.data import to_skyrl_rows, write_parquet
     from mmrl_trainer.synthetic import colour_examples
     from mmrl_trainer.tiny import build_tokenizer
@@ -300,9 +300,9 @@ def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) 
     cfg = cfg.model_copy(update={"algorithm": algorithm})
     parquet = write_parquet(to_skyrl_rows(colour_examples(13, 0), data_source="colors"), tmp_path / "t.parquet")
     build_tokenizer().save_pretrained(tmp_path / "tok")
-    overrides = to_cli(skyrl_overrides(cfg, train_files=[str(parquet)], val_files=[]))
+    overrides = skyrl_overrides(cfg, train_files=[str(parquet)], val_files=[])
     # No Ray here: SkyRL's vLLM metrics scraper would ask Ray for its nodes while the trainer is built.
-    overrides.append("generator.inference_engine.enable_ray_prometheus_stats=false")
+    overrides["generator.inference_engine.enable_ray_prometheus_stats"] = False
     metrics = tmp_path / "metrics.jsonl"
     out = json.loads(
         run_in_skyrl(

@@ -1,8 +1,11 @@
-"""The SkyRL backend: TrainerConfig → SkyRL dotted overrides (pure), our rewards as a skyrl-gym env, then run.
+"""The SkyRL backend: TrainerConfig → SkyRL settings (pure), our rewards as a skyrl-gym env, then run.
 
 `skyrl_overrides` is a pure function of the config and the materialised parquet paths, so the mapping is
-unit-tested without SkyRL; where SkyRL is importable, tests also feed it to `SkyRLTrainConfig.from_cli_overrides`,
-which rejects unknown keys. `run` needs the trainer image (SkyRL, Ray, vLLM, GPUs): it converts the dataset to
+unit-tested without SkyRL; where SkyRL is importable, tests also build SkyRL's config from it, which rejects unknown
+keys. The settings reach SkyRL as structured values, never as `key=value` strings: SkyRL's CLI path parses each
+value as YAML and resolves OmegaConf interpolations, so a spec string such as an S3 prefix containing
+`${oc.env:AWS_SECRET_ACCESS_KEY}` would pull the trainer's environment into its config, and `#`, quotes, commas
+or brackets would change the value. `run` needs the trainer image (SkyRL, Ray, vLLM, GPUs): it converts the dataset to
 SkyRL's VLM rows, registers the `mmrl_reward` environment inside the `@ray.remote` entry (env creation happens in
 that process) and runs `BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and resume are SkyRL's
 own; afterwards the final LoRA adapter is copied to `export_dir` and checked for vLLM.
@@ -24,13 +27,9 @@ from mmrl_trainer.data import SKYRL_ENV_CLASS
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
 
 
-def _list(values: list[str]) -> str:
-    # OmegaConf CLI syntax for a list of strings.
-    return "[" + ",".join(values) + "]"
-
-
 def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
-    """The dotted SkyRL overrides for one attempt of this job (keys as documented by SkyRL's config)."""
+    """The dotted SkyRL settings for one attempt of this job (keys as documented by SkyRL's config), with Python
+    values: lists are lists and strings are taken literally."""
     algo, lora, place = cfg.algorithm, cfg.lora, cfg.placement
     gpus = place.num_nodes * max(1, place.gpus_per_node)
     model = cfg.model.name.removeprefix("hf://")
@@ -46,7 +45,7 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
         "trainer.policy.model.lora.rank": lora.rank,
         "trainer.policy.model.lora.alpha": lora.alpha,
         "trainer.policy.model.lora.dropout": lora.dropout,
-        "trainer.policy.model.lora.target_modules": _list(lora.target_modules),
+        "trainer.policy.model.lora.target_modules": list(lora.target_modules),
         "trainer.policy.model.lora.exclude_modules": VISION_TOWER_MODULES,
         "trainer.policy.optimizer_config.lr": algo.learning_rate,
         "trainer.train_batch_size": algo.train_batch_size,
@@ -74,8 +73,8 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
         "trainer.remove_microbatch_padding": False,
         "generator.batched": False,
         "environment.env_class": SKYRL_ENV_CLASS,
-        "data.train_data": _list(train_files),
-        "data.val_data": _list(val_files),
+        "data.train_data": list(train_files),
+        "data.val_data": list(val_files),
         "trainer.eval_interval": cfg.checkpoint.interval_steps if val_files else -1,
         "trainer.eval_before_train": bool(val_files),
         "trainer.ckpt_path": cfg.checkpoint.dir,
@@ -94,17 +93,29 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
     return out
 
 
-def to_cli(overrides: dict[str, Any]) -> list[str]:
-    """`key=value` strings as SkyRL's CLI takes them (booleans lower-case, None as null)."""
+def skyrl_config_dict(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The dotted settings as the nested dict SkyRL's config dataclasses are built from."""
+    nested: dict[str, Any] = {}
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
 
-    def fmt(v: Any) -> str:
-        if v is None:
-            return "null"
-        if isinstance(v, bool):
-            return str(v).lower()
-        return str(v)
 
-    return [f"{k}={fmt(v)}" for k, v in overrides.items()]
+def build_skyrl_config(overrides: dict[str, Any]) -> Any:
+    """SkyRL's own config object from our settings, without its CLI parser.
+
+    `SkyRLTrainConfig.from_cli_overrides` (skyrl 0.3.0) turns even a dict into `key=value` strings for
+    `OmegaConf.from_cli` and then resolves interpolations (`from_dict_config`). `build_nested_dataclass` is the step
+    that follows in SkyRL: the same dataclasses, defaults and unknown-key check, with our values as they are.
+    """
+    from skyrl.train.config import SkyRLTrainConfig
+    from skyrl.train.config.config import build_nested_dataclass
+
+    return build_nested_dataclass(SkyRLTrainConfig, skyrl_config_dict(overrides))
 
 
 def materialise_data(cfg: TrainerConfig, data_dir: Path) -> tuple[list[str], list[str]]:
@@ -155,7 +166,6 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
 
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pragma: no cover - needs the GPU image
     import ray
-    from skyrl.train.config import SkyRLTrainConfig
     from skyrl.train.utils import validate_cfg
     from skyrl.train.utils.utils import initialize_ray
 
@@ -163,9 +173,7 @@ def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pr
     SkyRLProgress.from_config(cfg, attempt=attempt).started()
     data_dir = Path("/tmp/mmrl-data") if cfg.checkpoint.dir.startswith("s3://") else Path(cfg.checkpoint.dir) / "data"
     train_files, val_files = materialise_data(cfg, data_dir)
-    skyrl_cfg = SkyRLTrainConfig.from_cli_overrides(
-        to_cli(skyrl_overrides(cfg, train_files=train_files, val_files=val_files))
-    )
+    skyrl_cfg = build_skyrl_config(skyrl_overrides(cfg, train_files=train_files, val_files=val_files))
     validate_cfg(skyrl_cfg)
     reward = json.loads(cfg.dataset.reward.model_dump_json(by_alias=False))
 
