@@ -192,8 +192,8 @@ def build_crd() -> dict[str, Any]:
         "(KubeRay) and serves the result with vLLM.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "maxLength": 64},
+            "kind": {"type": "string", "maxLength": 64},
             "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
