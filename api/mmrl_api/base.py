@@ -60,8 +60,12 @@ def immutable(what: str) -> dict[str, Any]:
 
 
 def _quantity(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("must be a Kubernetes quantity such as 4, 500m, 16Gi")
+    # An integer or a string, as the CRD's int-or-string says: the apiserver reads a whole 2.0 as the integer 2
+    # but refuses 1.5 (write "1.5").
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError('must be a Kubernetes quantity such as 4, "1.5", 500m, 16Gi (an integer or a string)')
     text = str(value)
     if isinstance(value, str) and len(value) > QUANTITY_MAX_LENGTH:
         raise ValueError(f"{text[:20]!r}... is longer than {QUANTITY_MAX_LENGTH} characters")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, Quantity, cel, cel_rules
+from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, cel, cel_rules
 from mmrl_api.kube_syntax import (
     LabelValue,
     NonEmptyLabelValue,
@@ -19,6 +19,7 @@ from mmrl_api.kube_syntax import (
     QualifiedName,
     annotation_map,
     label_map,
+    resource_map,
 )
 from mmrl_api.spec import DNS_LABEL
 
@@ -26,8 +27,8 @@ from mmrl_api.spec import DNS_LABEL
 class Resources(ApiModel):
     """CPU/memory (and other) requests and limits, as in a container's resources."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
-    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
+    requests: resource_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
+    limits: resource_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
 
 
 class HeadSpec(ApiModel):
@@ -171,7 +172,7 @@ class ClusterSpec(ApiModel):
     hyperpod: bool = True
     """HyperPod mode: keep pods off nodes whose node-health-status is not Schedulable and react to HyperPod's
     health labels. Off for plain EKS (NotReady and node deletion are still handled)."""
-    ray_version: str = Field(default="2.57.0", max_length=32, pattern=r"^\d+\.\d+\.\d+$")
+    ray_version: str = Field(default="2.57.0", max_length=32, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     """Ray version in the trainer image (KubeRay uses it for compatibility decisions)."""
     pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
 

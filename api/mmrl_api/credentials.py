@@ -15,7 +15,8 @@ CREDENTIAL_NAME_RE = (
     r"(?i)(SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
     r"|TOKEN$|(^|_)TOKEN_|(^|_)KEY$|(^|_)PASS$|(^|_)DATABASE_URL$)"
 )
-URL_WITH_PASSWORD_RE = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*:[^/?#@\s]*@"
+# Character classes are spelled out: `\s` and `\w` mean Unicode to Python and pydantic, ASCII to RE2 (CEL).
+URL_WITH_PASSWORD_RE = r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@ \t\n\r\f\v]*:[^/?#@ \t\n\r\f\v]*@"
 
 NOT_A_CREDENTIAL_NAME = Rule(
     CREDENTIAL_NAME_RE,

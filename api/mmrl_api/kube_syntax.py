@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrl_api.rules import Rule, string_map, text
+from mmrl_api.base import Quantity
+from mmrl_api.rules import Rule, checked_map, string_map, text
 
 LABEL_VALUE_MAX = 63
 QUALIFIED_NAME_MAX = 253 + 1 + 63  # DNS-subdomain prefix, '/', name
@@ -59,3 +60,8 @@ def annotation_map() -> Any:
     """Annotations: qualified-name keys, free values. The limits keep every possible map under Kubernetes'
     256 KiB total (MAX_ANNOTATIONS * (QUALIFIED_NAME_MAX + ANNOTATION_VALUE_MAX)), so no sum is computed."""
     return string_map(MAX_ANNOTATIONS, ANNOTATION_VALUE_MAX, QUALIFIED_NAME)
+
+
+def resource_map(max_properties: int) -> Any:
+    """Resource requests or limits: qualified-name keys (cpu, memory, vpc.amazonaws.com/efa), quantities."""
+    return checked_map(Quantity, max_properties, QUALIFIED_NAME)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
-from mmrl_api.kube_syntax import label_map
+from mmrl_api.base import ApiModel, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
+from mmrl_api.kube_syntax import label_map, resource_map
 from mmrl_api.locations import MOUNT_PATH, NO_PARENT_SEGMENT, S3_URI, SUB_PATH
 from mmrl_api.rules import text
 from mmrl_api.spec import DNS_LABEL
@@ -88,8 +88,8 @@ class ResilienceSpec(ApiModel):
 class InferenceResources(ApiModel):
     """CPU/memory of each vLLM replica."""
 
-    requests: dict[str, Quantity] = Field(default_factory=lambda: {"cpu": "8", "memory": "64Gi"}, max_length=16)
-    limits: dict[str, Quantity] = Field(default_factory=lambda: {"memory": "64Gi"}, max_length=16)
+    requests: resource_map(16) = Field(default_factory=lambda: {"cpu": "8", "memory": "64Gi"})  # type: ignore[valid-type]
+    limits: resource_map(16) = Field(default_factory=lambda: {"memory": "64Gi"})  # type: ignore[valid-type]
 
 
 class InferenceSpec(ApiModel):

@@ -19,6 +19,12 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from mmrl_api.base import cel, cel_rules
 
 
+def _python(regex: str) -> str:
+    """The regex for Python's `re`, where `$` also matches before a final newline; RE2's `$` (no multi-line
+    flag) is the end of the text, which is Python's `\\Z`. The rules use `$` only as that anchor."""
+    return re.sub(r"(?<!\\)\$", r"\\Z", regex)
+
+
 def cel_str(value: str) -> str:
     """`value` as a double-quoted CEL string literal."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -33,9 +39,9 @@ class Rule:
     """The rule applies only to values that contain this regex (e.g. `^s3://`)."""
 
     def holds(self, value: str) -> bool:
-        if self.only_if is not None and not re.search(self.only_if, value):
+        if self.only_if is not None and not re.search(_python(self.only_if), value):
             return True
-        return bool(re.search(self.regex, value)) == self.must_match
+        return bool(re.search(_python(self.regex), value)) == self.must_match
 
     def cel(self, var: str = "self") -> str:
         test = f"{'' if self.must_match else '!'}{var}.matches({cel_str(self.regex)})"
@@ -90,6 +96,19 @@ def _string_only(hint: str):  # type: ignore[no-untyped-def]
     return check
 
 
+def checked_map(
+    value_type: Any, max_properties: int, key_rules: tuple[Rule, ...], value_rules: tuple[Rule, ...] = ()
+) -> Any:
+    """A map whose keys (and string values) follow rules; the CEL rules sit on the map (they name the map)."""
+    rules = [cel(f"self.all(k, {r.cel('k')})", f"every key {r.message}") for r in key_rules]
+    rules += [cel(f"self.all(k, {r.cel('self[k]')})", f"every value {r.message}") for r in value_rules]
+    return Annotated[
+        dict[str, value_type],
+        Field(max_length=max_properties, json_schema_extra=cel_rules(*rules)),
+        AfterValidator(_map_checker(key_rules, value_rules)),
+    ]
+
+
 def string_map(
     max_properties: int,
     max_value_length: int,
@@ -97,12 +116,7 @@ def string_map(
     value_rules: tuple[Rule, ...] = (),
     not_a_string: str = "",
 ) -> Any:
-    """A map of strings whose keys and values follow rules; the CEL rules sit on the map (they name the map).
-    `not_a_string` is added to the message for a value of another type."""
-    rules = [cel(f"self.all(k, {r.cel('k')})", f"every key {r.message}") for r in key_rules]
-    rules += [cel(f"self.all(k, {r.cel('self[k]')})", f"every value {r.message}") for r in value_rules]
-    return Annotated[
-        dict[str, Annotated[str, BeforeValidator(_string_only(not_a_string)), Field(max_length=max_value_length)]],
-        Field(max_length=max_properties, json_schema_extra=cel_rules(*rules)),
-        AfterValidator(_map_checker(key_rules, value_rules)),
-    ]
+    """A map of strings whose keys and values follow rules. `not_a_string` is added to the message for a value
+    of another type."""
+    value = Annotated[str, BeforeValidator(_string_only(not_a_string)), Field(max_length=max_value_length)]
+    return checked_map(value, max_properties, key_rules, value_rules)

@@ -194,7 +194,9 @@ class RewardSpec(ApiModel):
     name: RewardName = "exact_match"
     """Built-in reward: exact_match (normalised string equality), multiple_choice (the chosen letter),
     numeric (a number or \\boxed{} answer within tolerance), or custom (see function)."""
-    function: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    function: str | None = Field(
+        default=None, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+    )
     """For name=custom: `package.module:function` importable in the trainer image."""
     params: RewardParams = Field(default_factory=dict)  # type: ignore[valid-type]
     """Reward parameters, as strings: e.g. {tolerance: "1e-4", require_boxed: "true"} for numeric. Never
