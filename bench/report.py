@@ -192,6 +192,18 @@ def section_podnet(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def section_validation(r: dict[str, Any]) -> list[str]:
+    return [
+        f"## Validation agreement: `mmrl validate` vs the apiserver ({r['specs']} generated specs)",
+        "",
+        "| specs | accepted by mmrl validate | accepted by the apiserver (dry run) | disagreements "
+        "| generate s | dry runs s |",
+        "|---|---|---|---|---|---|",
+        f"| {r['specs']} | {r['accepted_by_mmrl_validate']} | {r['accepted_by_apiserver']} | "
+        f"{r['disagreements']} | {r['generate_s']} | {r['compare_s']} |",
+    ]
+
+
 def load_note(r: dict[str, Any]) -> str:
     m = r.get("machine") or {}
     load = m.get("load_1m", m.get("load_1m_at_start"))
@@ -293,6 +305,7 @@ def render(res: dict[str, dict[str, Any]], notes: str, compare: list[str] | None
         ("chaos", section_chaos),
         ("trainer", section_trainer),
         ("podnet", section_podnet),
+        ("validation-agreement", section_validation),
     )
     lines += [*(compare or []), ""] if compare else []
     for name, render_section in sections:

@@ -60,9 +60,15 @@ def immutable(what: str) -> dict[str, Any]:
 
 
 def _quantity(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("must be a Kubernetes quantity such as 4, 500m, 16Gi")
+    # An integer or a string, as the CRD's int-or-string says: the apiserver reads a whole 2.0 as the integer 2
+    # but refuses 1.5 (write "1.5").
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError('must be a Kubernetes quantity such as 4, "1.5", 500m, 16Gi (an integer or a string)')
     text = str(value)
+    if isinstance(value, str) and len(value) > QUANTITY_MAX_LENGTH:
+        raise ValueError(f"{text[:20]!r}... is longer than {QUANTITY_MAX_LENGTH} characters")
     if not QUANTITY_RE.fullmatch(text):
         raise ValueError(f"{text!r} is not a Kubernetes quantity (examples: 4, 500m, 16Gi)")
     return text
@@ -71,11 +77,12 @@ def _quantity(value: Any) -> str:
 # Kubernetes' quantity grammar, simplified to what people write: a signed decimal and an optional suffix.
 QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i|[mkMGTPE])?$"
 QUANTITY_RE = re.compile(QUANTITY_PATTERN)
+QUANTITY_MAX_LENGTH = 64
 
 Quantity = Annotated[
     str,
     BeforeValidator(_quantity),
-    Field(json_schema_extra={INT_OR_STRING_KEY: True, "pattern": QUANTITY_PATTERN}),
+    Field(json_schema_extra={INT_OR_STRING_KEY: True, "pattern": QUANTITY_PATTERN, "maxLength": QUANTITY_MAX_LENGTH}),
 ]
 """A Kubernetes resource quantity; accepts YAML integers (`cpu: 4`) like the apiserver does."""
 

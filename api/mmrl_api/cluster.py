@@ -9,17 +9,26 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, Quantity, cel, cel_rules
+from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, cel, cel_rules
+from mmrl_api.kube_syntax import (
+    LabelValue,
+    NonEmptyLabelValue,
+    ObjectName,
+    QualifiedName,
+    annotation_map,
+    label_map,
+    resource_map,
+)
 from mmrl_api.spec import DNS_LABEL
 
 
 class Resources(ApiModel):
     """CPU/memory (and other) requests and limits, as in a container's resources."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
-    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
+    requests: resource_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
+    limits: resource_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
 
 
 class HeadSpec(ApiModel):
@@ -28,8 +37,14 @@ class HeadSpec(ApiModel):
     resources: Resources = Field(
         default_factory=lambda: Resources(requests={"cpu": "4", "memory": "16Gi"}, limits={"memory": "16Gi"})
     )
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
+    node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
     """Extra node selector for the head, e.g. a CPU instance group."""
+
+
+MAX_REPLICAS = 512
+MAX_WORKER_GROUPS = 8
+MAX_JOB_PODS = 1 + MAX_REPLICAS * MAX_WORKER_GROUPS
+"""The most Ray pods one job can have (a head and every worker)."""
 
 
 class WorkerGroup(ApiModel):
@@ -37,9 +52,9 @@ class WorkerGroup(ApiModel):
 
     name: str = Field(default="gpu", min_length=1, max_length=20, pattern=DNS_LABEL)
     """Group name (DNS label, unique in the job)."""
-    replicas: int = Field(default=1, ge=1, le=512)
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     """Worker pods (one per node). Mutable: changed replicas are applied to the RayCluster."""
-    instance_type: str | None = Field(default="ml.p5.48xlarge", max_length=64)
+    instance_type: NonEmptyLabelValue | None = "ml.p5.48xlarge"  # type: ignore[valid-type]
     """HyperPod instance type the pods are pinned to (node.kubernetes.io/instance-type); null to not pin."""
     gpus_per_node: int = Field(default=8, ge=0, le=16)
     """nvidia.com/gpu requested per worker pod."""
@@ -47,35 +62,83 @@ class WorkerGroup(ApiModel):
     """vpc.amazonaws.com/efa interfaces requested per worker pod (32 on p5.48xlarge)."""
     resources: Resources = Field(default_factory=Resources)
     """CPU/memory requests and limits of the worker container (GPU and EFA come from the fields above)."""
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
+    node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
     """Extra node selector, e.g. sagemaker.amazonaws.com/instance-group-name."""
 
 
-class Toleration(ApiModel):
-    """A pod toleration, as in a PodSpec."""
+KEY_NEEDS_EQUAL = "operator must be Exists when key is empty (a toleration of every taint)"
+EXISTS_HAS_NO_VALUE = "must be empty when operator is Exists"
+SECONDS_NEED_NO_EXECUTE = "may only be set when effect is NoExecute"
 
-    key: str | None = Field(default=None, max_length=253)
+
+class Toleration(ApiModel):
+    """A pod toleration, checked as the apiserver checks a PodSpec's."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel("self.operator == 'Exists' || (has(self.key) && self.key != '')", KEY_NEEDS_EQUAL, ".operator"),
+            cel(
+                "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                f"value {EXISTS_HAS_NO_VALUE}",
+                ".value",
+            ),
+            cel(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                f"tolerationSeconds {SECONDS_NEED_NO_EXECUTE}",
+                ".tolerationSeconds",
+            ),
+        )
+    }
+
+    key: QualifiedName | None = None  # type: ignore[valid-type]
+    """The taint key (a qualified name); empty with operator Exists tolerates every taint."""
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = Field(default=None, max_length=253)
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = Field(default=None, ge=0)
+    value: LabelValue | None = None  # type: ignore[valid-type]
+    """The taint value for operator Equal (a label value)."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
+    """The taint effect to match; empty matches every effect."""
+    toleration_seconds: int | None = Field(default=None, ge=0, le=31_536_000)
+    """With effect NoExecute: how long the pod stays bound after the taint appears."""
+
+    @field_validator("operator")
+    @classmethod
+    def _key_or_exists(cls, operator: str, info: ValidationInfo) -> str:
+        if operator != "Exists" and not info.data.get("key") and "key" in info.data:
+            raise ValueError(KEY_NEEDS_EQUAL)
+        return operator
+
+    @field_validator("value")
+    @classmethod
+    def _no_value_with_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value and info.data.get("operator") == "Exists":
+            raise ValueError(f"{value!r} {EXISTS_HAS_NO_VALUE}")
+        return value
+
+    @field_validator("toleration_seconds")
+    @classmethod
+    def _seconds_with_no_execute(cls, seconds: int | None, info: ValidationInfo) -> int | None:
+        if seconds is not None and "effect" in info.data and info.data["effect"] != "NoExecute":
+            raise ValueError(f"{seconds} {SECONDS_NEED_NO_EXECUTE}")
+        return seconds
 
 
 class KueueSpec(ApiModel):
     """Kueue admission (HyperPod task governance); labels go on the RayCluster and every pod template."""
 
-    queue_name: str = Field(min_length=1, max_length=63)
-    """Local queue, e.g. hyperpod-ns-<team>-localqueue."""
-    priority_class: str | None = Field(default=None, max_length=63)
+    queue_name: NonEmptyLabelValue  # type: ignore[valid-type]
+    """Local queue, e.g. hyperpod-ns-<team>-localqueue (a label value: it becomes kueue.x-k8s.io/queue-name)."""
+    priority_class: NonEmptyLabelValue | None = None  # type: ignore[valid-type]
     """Kueue WorkloadPriorityClass, e.g. training-priority."""
 
 
 class PodTemplateOverrides(ApiModel):
     """Small escape hatch applied to every Ray pod template (head and workers)."""
 
-    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
-    annotations: dict[str, str] = Field(default_factory=dict, max_length=32)
-    image_pull_secrets: list[str] = Field(default_factory=list, max_length=8)
+    labels: label_map(32) = Field(default_factory=dict)  # type: ignore[valid-type]
+    """Labels for every Ray pod (qualified-name keys, label values)."""
+    annotations: annotation_map() = Field(default_factory=dict)  # type: ignore[valid-type]
+    """Annotations for every Ray pod (qualified-name keys; at most 32, 4096 characters each)."""
+    image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=8)  # type: ignore[valid-type]
     scheduler_name: str | None = Field(default=None, max_length=63)
     spec_patch: dict[str, Any] | None = Field(default=None, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
     """JSON merge patch (RFC 7386) applied last to each pod spec, for what the fields above do not cover.
@@ -98,18 +161,20 @@ class ClusterSpec(ApiModel):
     }
 
     head: HeadSpec = Field(default_factory=HeadSpec)
-    worker_groups: list[WorkerGroup] = Field(default_factory=lambda: [WorkerGroup()], min_length=1, max_length=8)
+    worker_groups: list[WorkerGroup] = Field(
+        default_factory=lambda: [WorkerGroup()], min_length=1, max_length=MAX_WORKER_GROUPS
+    )
     """GPU worker groups."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=16)
     """Tolerations for every Ray pod (e.g. for tainted GPU nodes)."""
-    priority_class_name: str | None = Field(default=None, max_length=253)
+    priority_class_name: ObjectName | None = None  # type: ignore[valid-type]
     """Kubernetes PriorityClass of the Ray pods."""
     kueue: KueueSpec | None = None
     """Submit through Kueue (HyperPod task governance)."""
     hyperpod: bool = True
     """HyperPod mode: keep pods off nodes whose node-health-status is not Schedulable and react to HyperPod's
     health labels. Off for plain EKS (NotReady and node deletion are still handled)."""
-    ray_version: str = Field(default="2.57.0", pattern=r"^\d+\.\d+\.\d+$")
+    ray_version: str = Field(default="2.57.0", max_length=32, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     """Ray version in the trainer image (KubeRay uses it for compatibility decisions)."""
     pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
 

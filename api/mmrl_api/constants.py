@@ -31,6 +31,22 @@ MANAGED_BY = "mmrl-operator"
 MAX_JOB_NAME_LENGTH = 40
 RAYJOB_NAME_LIMIT = 47
 
+# Paths the operator mounts in the job's pods; a job's own volume must stay clear of them (and of /tmp, where
+# Ray keeps its session files).
+CONFIG_MOUNT = "/etc/mmrl"
+DATA_MOUNT_ROOT = "/mnt/pvc"
+"""Read-only data claims named by pvc:// URIs are mounted at <DATA_MOUNT_ROOT>/<claim>."""
+SHM_MOUNT = "/dev/shm"
+ADAPTER_MOUNT = "/mnt/adapter"
+"""Where the inference pod copies an adapter from S3."""
+RESERVED_MOUNT_PATHS = {
+    SHM_MOUNT: "shared memory",
+    CONFIG_MOUNT: "the trainer config",
+    "/tmp": "Ray's session files",
+    DATA_MOUNT_ROOT: "the data claims of pvc:// URIs",
+    ADAPTER_MOUNT: "the adapter copied from S3",
+}
+
 # --- KubeRay (ray.io/v1) --------------------------------------------------------------------------------
 RAY_GROUP = "ray.io"
 RAY_VERSION = "v1"

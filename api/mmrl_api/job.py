@@ -133,16 +133,32 @@ def _message(err: dict[str, Any]) -> str:
     return msg
 
 
+# Opaque to the schema, so the apiserver keeps it exactly as written (a null in a merge patch deletes a field).
+OPAQUE_FIELDS = ("specPatch",)
+
+
+def as_apiserver_reads(value: Any) -> Any:
+    """The document as the apiserver validates it: a field set to null is absent (Kubernetes prunes nulls of
+    non-nullable fields before defaulting, and no field of this API is nullable). Without this, `mmrl validate`
+    would refuse `samplesPerPrompt: null`, which `kubectl apply` accepts as "use the default"."""
+    if isinstance(value, dict):
+        return {k: (v if k in OPAQUE_FIELDS else as_apiserver_reads(v)) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [as_apiserver_reads(v) for v in value]
+    return value
+
+
 def validate_manifest(doc: Any) -> tuple[MultimodalRLJob | None, list[FieldError]]:
     """Validate one parsed YAML document; return the model (when valid) and every error with its path."""
     if not isinstance(doc, dict):
         return None, [FieldError("(document)", "must be a mapping with apiVersion, kind, metadata and spec")]
+    doc = as_apiserver_reads(doc)
     try:
         job = MultimodalRLJob.model_validate(doc)
     except ValidationError as exc:
         errors = [FieldError(_path(e["loc"]) or "(document)", _message(e)) for e in exc.errors()]
         meta = doc.get("metadata")
-        if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+        if isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"]:
             errors += [FieldError("metadata.name", p) for p in ObjectMeta(name=meta["name"]).problems()]
         return None, errors
     problems = [FieldError("metadata.name", p) for p in job.metadata.problems()]

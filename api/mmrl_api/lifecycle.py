@@ -10,23 +10,28 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mmrl_api.base import ApiModel, Quantity, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
-from mmrl_api.spec import DNS_LABEL, S3_URI
+from mmrl_api.base import ApiModel, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
+from mmrl_api.kube_syntax import label_map, resource_map
+from mmrl_api.locations import MOUNT_PATH, NO_PARENT_SEGMENT, S3_URI, SUB_PATH
+from mmrl_api.rules import text
+from mmrl_api.spec import DNS_LABEL
 
 
 class PVCCheckpoint(ApiModel):
     """A PersistentVolumeClaim mounted on every Ray pod (FSx for Lustre on HyperPod)."""
 
     claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_LABEL)
-    mount_path: str = Field(default="/fsx", pattern=r"^/[A-Za-z0-9._/-]*$", max_length=256)
-    sub_path: str = Field(default="mmrl", pattern=r"^[A-Za-z0-9._-][A-Za-z0-9._/-]*$", max_length=256)
-    """Directory inside the volume under which job directories are created."""
+    mount_path: text(256, *MOUNT_PATH) = "/fsx"  # type: ignore[valid-type]
+    """Where every Ray pod mounts the claim: absolute and normalised, and clear of the paths the operator mounts
+    (/dev/shm, /etc/mmrl, /tmp, /mnt/pvc, /mnt/adapter)."""
+    sub_path: text(256, *SUB_PATH) = "mmrl"  # type: ignore[valid-type]
+    """Directory inside the volume under which job directories are created (relative, no '..')."""
 
 
 class S3Checkpoint(ApiModel):
     """An S3 prefix; SkyRL reads and writes checkpoints there directly."""
 
-    uri: str = Field(max_length=1024, pattern=S3_URI)
+    uri: text(1024, S3_URI, NO_PARENT_SEGMENT, pattern=r"^s3://")  # type: ignore[valid-type]
     """s3://bucket/prefix; the trainer's credentials (IRSA / pod identity) must allow read and write."""
 
 
@@ -83,8 +88,8 @@ class ResilienceSpec(ApiModel):
 class InferenceResources(ApiModel):
     """CPU/memory of each vLLM replica."""
 
-    requests: dict[str, Quantity] = Field(default_factory=lambda: {"cpu": "8", "memory": "64Gi"}, max_length=16)
-    limits: dict[str, Quantity] = Field(default_factory=lambda: {"memory": "64Gi"}, max_length=16)
+    requests: resource_map(16) = Field(default_factory=lambda: {"cpu": "8", "memory": "64Gi"})  # type: ignore[valid-type]
+    limits: resource_map(16) = Field(default_factory=lambda: {"memory": "64Gi"})  # type: ignore[valid-type]
 
 
 class InferenceSpec(ApiModel):
@@ -115,9 +120,9 @@ class InferenceSpec(ApiModel):
     """nvidia.com/gpu per replica; defaults to tensorParallelSize. 0 runs a CPU build of vLLM (set `image`)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     max_images_per_prompt: int = Field(default=2, ge=0, le=64)
-    extra_args: list[str] = Field(default_factory=list, max_length=32)
+    extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
     """Extra `vllm serve` arguments, appended last."""
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
+    node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _enough_gpus(self) -> InferenceSpec:

@@ -3,18 +3,17 @@
 Defaults follow SkyRL's geometry3k LoRA recipe for Qwen3-VL-8B (rank 32, alpha 32, lr 3e-5, 4 samples per
 prompt, batch 128/64, prompt 1024 / response 2048 tokens, checkpoint every 5 steps). Each cross-field rule is
 written twice on purpose: as CEL for admission (`cel(...)`) and as a pydantic validator for `mmrl validate` and
-the operator's second line of defence; tests/unit/bad_specs holds the corpus that keeps them in agreement.
+the operator's second line of defence; tests/bad_specs.yaml holds the corpus that keeps them in agreement.
+Single-value string rules are written once (`mmrl_api.rules`) and emitted as both.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_api.base import (
-    PRESERVE_UNKNOWN_KEY,
     ApiModel,
     cel,
     cel_rules,
@@ -24,6 +23,10 @@ from mmrl_api.base import (
     require_exactly_one,
 )
 from mmrl_api.constants import VLLM_FORBIDDEN_LORA_TARGETS
+from mmrl_api.credentials import CREDENTIAL_NAME_RE, NO_URL_WITH_PASSWORD, NOT_A_CREDENTIAL_NAME
+from mmrl_api.kube_syntax import ObjectName
+from mmrl_api.locations import URI_RULES
+from mmrl_api.rules import Rule, cel_str, string_map, text
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A hub id (org/name), an absolute path in the image, or a URI with a scheme the trainer can load from.
@@ -32,17 +35,23 @@ MODEL_SOURCE = (
     r"|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?)$"
 )
 DATA_URI = r"^(s3://|pvc://|hf://|synthetic://|/)[A-Za-z0-9._/:@?=&+-]+$"
-S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# Environment variables whose names say they hold credentials must come from a Secret, never inline.
-SECRET_ENV_RE = r"(?i).*(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS).*"
+# A LoRA target is a module name, matched by PEFT as the last dotted components of a module's path (`q_proj`,
+# `mlp.down_proj`, `layers.0.self_attn.q_proj`). PEFT reads a regex only from a plain string, never from a list
+# entry, so regex characters have no meaning here; and SkyRL receives the list as an OmegaConf override
+# `[a,b]`, where a comma, a space, brackets, quotes or `${...}` would change the list or interpolate.
+MODULE_NAME = Rule(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$",
+    "must be a module name: identifiers (letters, digits, '_') joined by '.', such as q_proj or mlp.down_proj",
+)
+ModuleName = text(128, MODULE_NAME, min_length=1)
 FORBIDDEN_TARGETS_CEL = " || ".join(f"m.endsWith('{t}')" for t in VLLM_FORBIDDEN_LORA_TARGETS)
 
 
 class ModelSpec(ApiModel):
     """The base vision-language model to post-train."""
 
-    name: str = Field(min_length=1, max_length=512, pattern=MODEL_SOURCE)
+    name: text(512, *URI_RULES, min_length=1, pattern=MODEL_SOURCE)  # type: ignore[valid-type]
     """Hugging Face id (Qwen/Qwen3-VL-8B-Instruct) or URI: hf://org/name, s3://bucket/path, pvc://claim/path,
     or an absolute path inside the trainer image."""
     revision: str | None = Field(default=None, max_length=128)
@@ -68,7 +77,7 @@ class LoRASpec(ApiModel):
     """LoRA alpha (scaling = alpha / rank)."""
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     """Dropout on the LoRA input, in [0, 1)."""
-    target_modules: list[str] = Field(
+    target_modules: list[ModuleName] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
         max_length=32,
@@ -80,8 +89,6 @@ class LoRASpec(ApiModel):
     @classmethod
     def _servable_targets(cls, modules: list[str]) -> list[str]:
         for m in modules:
-            if not m or len(m) > 128:
-                raise ValueError(f"{m!r} must be 1 to 128 characters")
             if any(m.endswith(t) for t in VLLM_FORBIDDEN_LORA_TARGETS):
                 raise ValueError(
                     f"{m!r} is not allowed: vLLM cannot serve adapters that target lm_head or embed_tokens"
@@ -159,24 +166,16 @@ class AlgorithmSpec(ApiModel):
 
 
 RewardName = Literal["exact_match", "multiple_choice", "numeric", "custom"]
-REWARD_PARAM_TYPES = "a string, number or boolean"
-
-
-def _scalar_param(value: object) -> object:
-    if not isinstance(value, str | bool | int | float):
-        raise ValueError(f"{value!r} must be {REWARD_PARAM_TYPES}")
-    return value
-
-
-# A scalar of any JSON type: YAML users write `tolerance: 0.0001` and `require_boxed: true`. Structural schemas cannot
-# say "string or number or boolean", and CEL cannot type an untyped value, so the CRD keeps the value untyped and
-# refuses non-empty lists and objects with maxItems/maxProperties 0 (which only apply to those types); the model
-# (mmrl validate, the operator) also refuses empty ones.
-RewardParam = Annotated[
-    str | bool | int | float,
-    BeforeValidator(_scalar_param),
-    WithJsonSchema({PRESERVE_UNKNOWN_KEY: True, "maxProperties": 0, "maxItems": 0}),
-]
+# Reward params are strings (`tolerance: "1e-4"`, `require_boxed: "true"`; the rewards parse them). They used to
+# be untyped scalars, but the apiserver hides an untyped value, and the keys of a map of them, from CEL, so
+# admission could not refuse a credential passed as a param; typed as strings, it can.
+RewardParams = string_map(
+    16,
+    1024,
+    (NOT_A_CREDENTIAL_NAME,),
+    (NO_URL_WITH_PASSWORD,),
+    not_a_string=': quote numbers and booleans ("1e-4", "true")',
+)
 
 
 class RewardSpec(ApiModel):
@@ -195,10 +194,13 @@ class RewardSpec(ApiModel):
     name: RewardName = "exact_match"
     """Built-in reward: exact_match (normalised string equality), multiple_choice (the chosen letter),
     numeric (a number or \\boxed{} answer within tolerance), or custom (see function)."""
-    function: str | None = Field(default=None, max_length=256, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    function: str | None = Field(
+        default=None, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+    )
     """For name=custom: `package.module:function` importable in the trainer image."""
-    params: dict[str, RewardParam] = Field(default_factory=dict, max_length=16)
-    """Reward parameters: strings, numbers or booleans, e.g. {tolerance: 1e-4, require_boxed: true} for numeric."""
+    params: RewardParams = Field(default_factory=dict)  # type: ignore[valid-type]
+    """Reward parameters, as strings: e.g. {tolerance: "1e-4", require_boxed: "true"} for numeric. Never
+    credentials: a reward that needs one reads it from trainer.env (valueFrom.secretKeyRef)."""
 
     @field_validator("function")
     @classmethod
@@ -211,10 +213,10 @@ class RewardSpec(ApiModel):
 class DatasetSpec(ApiModel):
     """Prompts with images and their ground-truth answers."""
 
-    train: str = Field(min_length=1, max_length=1024, pattern=DATA_URI)
+    train: text(1024, *URI_RULES, min_length=1, pattern=DATA_URI)  # type: ignore[valid-type]
     """Training data: s3://..., pvc://claim/path, hf://org/name, an absolute path, or synthetic://colors for
     the built-in demo task."""
-    validation: str | None = Field(default=None, max_length=1024, pattern=DATA_URI)
+    validation: text(1024, *URI_RULES, pattern=DATA_URI) | None = None  # type: ignore[valid-type]
     """Held-out data evaluated at checkpoints (same forms as train)."""
     format: Literal["parquet", "jsonl"] = "parquet"
     """File format of train/validation."""
@@ -228,11 +230,19 @@ class DatasetSpec(ApiModel):
     """How a completion is scored."""
 
 
+CREDENTIAL_INLINE = "looks like a credential: use valueFrom.secretKeyRef instead of an inline value"
+CREDENTIAL_FROM_CONFIG_MAP = "looks like a credential: use valueFrom.secretKeyRef, not a ConfigMap"
+
+
+def _credential_name(name: object) -> bool:
+    return isinstance(name, str) and NOT_A_CREDENTIAL_NAME.holds(name) is False
+
+
 class SecretKeyRef(ApiModel):
     """A key in a Secret or ConfigMap of the job's namespace."""
 
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
+    name: ObjectName  # type: ignore[valid-type]
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
 
 
 class EnvVarSource(ApiModel):
@@ -252,7 +262,8 @@ class EnvVarSource(ApiModel):
 
 
 class EnvVar(ApiModel):
-    """An environment variable for the trainer. Credentials only by reference (valueFrom), never inline."""
+    """An environment variable for the trainer. Credentials only from a Secret (valueFrom.secretKeyRef), never
+    inline and never from a ConfigMap."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
@@ -262,23 +273,28 @@ class EnvVar(ApiModel):
                 ".valueFrom",
             ),
             cel(
-                f"!has(self.value) || !self.name.matches('{SECRET_ENV_RE}')",
-                "this variable looks like a credential: use valueFrom.secretKeyRef instead of an inline value",
+                f"!self.name.matches({cel_str(CREDENTIAL_NAME_RE)}) || !has(self.value)",
+                CREDENTIAL_INLINE,
                 ".value",
+            ),
+            cel(
+                f"!self.name.matches({cel_str(CREDENTIAL_NAME_RE)}) || !has(self.valueFrom) "
+                "|| has(self.valueFrom.secretKeyRef)",
+                CREDENTIAL_FROM_CONFIG_MAP,
+                ".valueFrom",
             ),
         )
     }
 
     name: str = Field(min_length=1, max_length=128, pattern=ENV_NAME)
-    value: str | None = Field(default=None, max_length=4096)
+    value: text(4096, NO_URL_WITH_PASSWORD) | None = None  # type: ignore[valid-type]
     value_from: EnvVarSource | None = None
 
     @field_validator("value")
     @classmethod
     def _no_inline_credentials(cls, value: str | None, info: ValidationInfo) -> str | None:
-        name = info.data.get("name") or ""
-        if value is not None and re.fullmatch(SECRET_ENV_RE, name):
-            raise ValueError(f"{name} looks like a credential: use valueFrom.secretKeyRef, not an inline value")
+        if value is not None and _credential_name(info.data.get("name")):
+            raise ValueError(f"{info.data['name']} {CREDENTIAL_INLINE}")
         return value
 
     @field_validator("value_from")
@@ -286,6 +302,8 @@ class EnvVar(ApiModel):
     def _value_or_source(cls, source: EnvVarSource | None, info: ValidationInfo) -> EnvVarSource | None:
         if "value" in info.data and (info.data["value"] is None) == (source is None):
             raise ValueError("set exactly one of value or valueFrom")
+        if source is not None and source.secret_key_ref is None and _credential_name(info.data.get("name")):
+            raise ValueError(f"{info.data['name']} {CREDENTIAL_FROM_CONFIG_MAP}")
         return source
 
 

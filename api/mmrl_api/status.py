@@ -7,11 +7,12 @@ survived many node replacements does not grow its object without limit.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel
+from mmrl_api.cluster import MAX_JOB_PODS
 
 Phase = Literal[
     "Pending",
@@ -33,6 +34,12 @@ AttemptCause = Literal["initial", "application", "infra", "hang", "preemption", 
 preempted the previous one, after an unsuspend, or after a spec change that required a new attempt."""
 
 MAX_ATTEMPT_HISTORY = 20
+# Limits of what the operator and trainer write (the CRD needs one on every string and list). Generous where
+# the writer does not truncate: a status write the apiserver refuses would leave the job unobservable.
+TIME = Field(default=None, max_length=64)
+NAME_MAX = 253
+PATH_MAX = 4096
+MESSAGE_MAX = 32768
 
 
 class StatusModel(ApiModel):
@@ -46,14 +53,14 @@ class Condition(StatusModel):
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", max_length=128)
     message: str = Field(default="", max_length=2048)
-    last_transition_time: str | None = None
+    last_transition_time: str | None = TIME
     observed_generation: int | None = None
 
 
 class CheckpointRef(StatusModel):
     step: int
-    path: str
-    time: str | None = None
+    path: str = Field(max_length=PATH_MAX)
+    time: str | None = TIME
 
 
 class Progress(StatusModel):
@@ -68,25 +75,25 @@ class Progress(StatusModel):
     total_steps: int | None = None
     reward_mean: float | None = None
     last_checkpoint: CheckpointRef | None = None
-    heartbeat: str | None = None
+    heartbeat: str | None = TIME
     """RFC 3339 time of the trainer's last training-loop report; the operator's hang detection reads it. Absent
     until this attempt's first step (the startup timeout applies until then)."""
 
 
 class Attempt(StatusModel):
     index: int = Field(ge=1)
-    ray_job: str
+    ray_job: str = Field(max_length=NAME_MAX)
     cause: AttemptCause
     resumed_from_step: int | None = None
-    start_time: str | None = None
-    end_time: str | None = None
+    start_time: str | None = TIME
+    end_time: str | None = TIME
     result: Literal["Running", "Succeeded", "Failed", "Stopped"] = "Running"
     failure: Literal["application", "infra", "hang", "preemption"] | None = None
     """How a failed or stopped attempt was classified; decides which restart budget it spends (a preemption by
     Kueue spends none)."""
-    node: str | None = None
+    node: str | None = Field(default=None, max_length=NAME_MAX)
     """The node whose fault ended the attempt, when there was one."""
-    pod_set: str | None = None
+    pod_set: str | None = Field(default=None, max_length=64)
     """Fingerprint of the Ray pods the attempt started on; a change means a pod was lost (infrastructure)."""
     message: str | None = Field(default=None, max_length=1024)
 
@@ -99,7 +106,7 @@ class AdapterStatus(StatusModel):
     rank: int = Field(ge=0)
     """The largest LoRA rank in the adapter (r and rank_pattern)."""
     alpha: float = 0
-    target_modules: list[str] = Field(default_factory=list, max_length=256)
+    target_modules: list[Annotated[str, Field(max_length=1024)]] = Field(default_factory=list, max_length=256)
     base_model: str = Field(default="", max_length=1024)
     sha256: str = Field(default="", max_length=64)
     """sha256 of adapter_model.safetensors; the inference pod's init container checks it."""
@@ -110,41 +117,43 @@ class AdapterStatus(StatusModel):
 
 
 class InferenceStatus(StatusModel):
-    service: str
+    service: str = Field(max_length=NAME_MAX)
     """The Service in front of the vLLM Deployment (`<name>-inference`)."""
-    url: str
+    url: str = Field(max_length=1024)
     """In-cluster base URL of the OpenAI-compatible API, e.g. http://job-inference.ns.svc:8000/v1."""
     ready: bool = False
     """The Deployment is Available and `/v1/models` (through the Service) lists the adapter."""
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=1024)
     """The name to pass as `model` in OpenAI requests: the adapter's served name."""
-    base_model: str | None = None
+    base_model: str | None = Field(default=None, max_length=1024)
     """The served name of the base model (the adapter's parent in /v1/models)."""
 
 
 class JobStatus(StatusModel):
     phase: Phase = "Pending"
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, max_length=32)
     observed_generation: int | None = None
     attempt: int = 0
     """Index of the current (or last) attempt; attempt N runs as RayJob <name>-a<N>."""
-    restarts: dict[str, int] = Field(default_factory=dict)
+    restarts: dict[str, int] = Field(default_factory=dict, max_length=16)
     """Restarts charged so far per budget: `application` (also hangs: without an infrastructure signal the
     trainer is presumed at fault) and `infra`."""
-    degraded_nodes: list[str] = Field(default_factory=list)
+    degraded_nodes: list[Annotated[str, Field(max_length=NAME_MAX)]] = Field(
+        default_factory=list, max_length=MAX_JOB_PODS
+    )
     """Nodes hosting this job's pods that currently report a fault."""
-    foreign_objects: list[str] = Field(default_factory=list, max_length=16)
+    foreign_objects: list[Annotated[str, Field(max_length=NAME_MAX + 32)]] = Field(default_factory=list, max_length=16)
     """`Kind name` of objects that carry this job's label and a child's name but that the job does not control
     (their controller reference names something else): never adopted, never written. Each is warned about once."""
-    attempts: list[Attempt] = Field(default_factory=list)
-    ray_cluster: str | None = None
-    ray_job: str | None = None
-    job_dir: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list, max_length=MAX_ATTEMPT_HISTORY)
+    ray_cluster: str | None = Field(default=None, max_length=NAME_MAX)
+    ray_job: str | None = Field(default=None, max_length=NAME_MAX)
+    job_dir: str | None = Field(default=None, max_length=PATH_MAX)
     """This job's checkpoint directory: <root>/<namespace>/<name>-<uid8>."""
-    next_attempt_after: str | None = None
+    next_attempt_after: str | None = TIME
     """Backoff: the next attempt is not started before this time."""
-    finished_at: str | None = None
+    finished_at: str | None = TIME
     progress: Progress = Field(default_factory=Progress)
     adapter: AdapterStatus | None = None
     inference: InferenceStatus | None = None
-    message: str | None = None
+    message: str | None = Field(default=None, max_length=MESSAGE_MAX)

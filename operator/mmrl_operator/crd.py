@@ -180,8 +180,26 @@ def _strip(node: Any, key: str) -> None:
             _strip(v, key)
 
 
+INTEGER_RULE = {"rule": "type(self) == int", "message": "must be an integer (5, not 5.0)"}
+
+
+def _integers_are_integers(node: Any) -> None:
+    """The apiserver's schema check lets a whole float (5.0) through as an integer, but a CEL rule that reads it
+    fails ("expected int, got float64"), so 5.0 would be accepted or refused depending on whether some rule reads
+    the field. A rule on every integer field refuses it everywhere, like the models (strict ints) do."""
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "integer":
+        node[CEL_KEY] = [*node.get(CEL_KEY, []), dict(INTEGER_RULE)]
+    for child in (node.get("properties") or {}).values():
+        _integers_are_integers(child)
+    for key in ("items", "additionalProperties"):
+        _integers_are_integers(node.get(key))
+
+
 def build_crd() -> dict[str, Any]:
     spec = model_schema(JobSpec)
+    _integers_are_integers(spec)
     spec["description"] = "Desired state: a GRPO + LoRA post-training run of a vision-language model."
     # Status is written by the operator and the trainer; no defaults so an empty status stays empty.
     status = model_schema(JobStatus, with_defaults=False)
@@ -192,8 +210,8 @@ def build_crd() -> dict[str, Any]:
         "(KubeRay) and serves the result with vLLM.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "maxLength": 64},
+            "kind": {"type": "string", "maxLength": 64},
             "metadata": {"type": "object"},
             "spec": spec,
             "status": status,

@@ -9,10 +9,11 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from tests.support.corpus import bad_cases, bad_manifest, example
+from tests.support.corpus import bad_cases, bad_manifest, example, good_cases
 
 pytestmark = pytest.mark.cluster
 CASES = bad_cases()
+GOOD = good_cases()
 
 
 def create(api: client.ApiClient, namespace: str, body: dict) -> None:
@@ -26,6 +27,11 @@ def create(api: client.ApiClient, namespace: str, body: dict) -> None:
 def test_the_examples_are_accepted(api_client, namespace, mmrl_crd) -> None:
     for name in ("job.yaml", "local.yaml"):
         create(api_client, namespace, example(name))
+
+
+@pytest.mark.parametrize("case", GOOD, ids=[case.case for case in GOOD])
+def test_apiserver_accepts_valid_edge_cases(api_client, namespace, mmrl_crd, case) -> None:
+    create(api_client, namespace, bad_manifest(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.case for case in CASES])

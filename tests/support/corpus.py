@@ -1,4 +1,5 @@
-"""The malformed-job corpus (tests/bad_specs.yaml) and the valid base it patches, for unit and cluster tests."""
+"""The malformed-job corpus (tests/bad_specs.yaml), the edge-of-valid corpus (tests/good_specs.yaml) and the
+valid base both patch, for unit and cluster tests."""
 
 from __future__ import annotations
 
@@ -30,5 +31,16 @@ def bad_cases() -> list[BadCase]:
     return [BadCase(**c) for c in raw]
 
 
-def bad_manifest(case: BadCase, base: dict[str, Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GoodCase:
+    case: str
+    patch: dict[str, Any]
+
+
+def good_cases() -> list[GoodCase]:
+    raw = yaml.safe_load((ROOT / "tests" / "good_specs.yaml").read_text())
+    return [GoodCase(**c) for c in raw]
+
+
+def bad_manifest(case: BadCase | GoodCase, base: dict[str, Any] | None = None) -> dict[str, Any]:
     return merge_patch(base if base is not None else example(), case.patch)

@@ -27,7 +27,7 @@ from mmrl_operator.names import inference_name, job_dir, service_account_name
 
 PORT = 8000
 COMPONENT = "inference"
-S3_ADAPTER_DIR = "/mnt/adapter"
+S3_ADAPTER_DIR = c.ADAPTER_MOUNT
 SERVER_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 ADAPTER_SHA_ANNOTATION = "mmrl.dev/adapter-sha256"
 PROMETHEUS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORT), "prometheus.io/path": "/metrics"}
@@ -176,7 +176,7 @@ def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
     spec, inf = job.spec, job.spec.inference
     volumes, mounts = _volumes(job, adapter)
     check_mounts = [{**vm, "readOnly": vm["name"] != "adapter"} for vm in mounts]
-    server_mounts = [*({**vm, "readOnly": True} for vm in mounts), {"name": "dshm", "mountPath": "/dev/shm"}]
+    server_mounts = [*({**vm, "readOnly": True} for vm in mounts), {"name": "dshm", "mountPath": c.SHM_MOUNT}]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": inf.image,

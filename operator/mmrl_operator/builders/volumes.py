@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmrl_api import MultimodalRLJob
+from mmrl_api.constants import CONFIG_MOUNT, DATA_MOUNT_ROOT, SHM_MOUNT
 from mmrl_operator.names import config_map_name
 
-CONFIG_MOUNT = "/etc/mmrl"
 CONFIG_FILE = f"{CONFIG_MOUNT}/trainer.json"
-DATA_MOUNT_ROOT = "/mnt/pvc"
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ def build_mounts(job: MultimodalRLJob) -> Mounts:
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "trainer-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
-        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "dshm", "mountPath": SHM_MOUNT},
     ]
     claim_paths: dict[str, str] = {}
     pvc = job.spec.checkpoint.pvc

@@ -101,3 +101,34 @@ def test_printer_columns_and_names() -> None:
     ]
     assert version["subresources"] == {"status": {}}
     assert doc["spec"]["names"]["shortNames"] == ["mmrl", "rljob"]
+
+
+def test_every_string_list_and_map_has_a_size_limit() -> None:
+    """Unbounded values make the apiserver's CEL cost estimate assume megabytes, and let one tenant store
+    megabytes per job; every string needs maxLength, every list maxItems and every map maxProperties."""
+    unbounded = []
+    for path, node in _walk(schema()):
+        if node.get("type") == "string" and "maxLength" not in node and "enum" not in node:
+            unbounded.append(f"{path}: string without maxLength")
+        if node.get("x-kubernetes-int-or-string") and "maxLength" not in node:
+            unbounded.append(f"{path}: int-or-string without maxLength")
+        if node.get("type") == "array" and "maxItems" not in node:
+            unbounded.append(f"{path}: array without maxItems")
+        if isinstance(node.get("additionalProperties"), dict) and "maxProperties" not in node:
+            unbounded.append(f"{path}: map without maxProperties")
+    assert unbounded == []
+
+
+def test_only_free_form_objects_are_unchecked() -> None:
+    """Objects with preserve-unknown-fields and no properties are opaque to the schema: only these two."""
+    opaque = [p for p, n in _walk(schema()) if n.get("x-kubernetes-preserve-unknown-fields") and "properties" not in n]
+    assert opaque == [".spec.cluster.podTemplate.specPatch", ".status.adapter.config"]
+
+
+def test_pod_annotations_can_never_exceed_kubernetes_total() -> None:
+    from mmrl_api.kube_syntax import ANNOTATIONS_TOTAL_MAX, QUALIFIED_NAME_MAX
+
+    node = schema()["properties"]["spec"]["properties"]["cluster"]["properties"]["podTemplate"]["properties"]
+    annotations = node["annotations"]
+    worst = annotations["maxProperties"] * (QUALIFIED_NAME_MAX + annotations["additionalProperties"]["maxLength"])
+    assert worst <= ANNOTATIONS_TOTAL_MAX

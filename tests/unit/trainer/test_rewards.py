@@ -85,16 +85,18 @@ def test_resolve_binds_params_of_builtin_rewards() -> None:
     assert (loose(r"\boxed{1.05}", "1"), strict(r"\boxed{1.05}", "1")) == (1.0, 0.0)
 
 
-def test_params_written_as_yaml_numbers_and_booleans_are_accepted_and_used() -> None:
+def test_params_are_strings_that_the_rewards_parse() -> None:
     import yaml
 
-    doc = yaml.safe_load("name: numeric\nparams: {tolerance: 0.1, require_boxed: true}")
+    doc = yaml.safe_load('name: numeric\nparams: {tolerance: "0.1", require_boxed: "true"}')
     spec = RewardSpec.model_validate(doc)
-    assert spec.params == {"tolerance": 0.1, "require_boxed": True}
     score = rewards.resolve(spec)
     assert (score(r"\boxed{1.05}", "1"), score("1.05", "1")) == (1.0, 0.0)
 
 
-def test_params_that_are_not_scalars_are_rejected_naming_the_key() -> None:
-    with pytest.raises(ValueError, match=r"params\.tolerance\n.*\[0\.1\] must be a string, number or boolean"):
+def test_params_that_are_not_strings_are_rejected_naming_the_key() -> None:
+    # Typed as strings so that admission (CEL) can check them for credentials; see mmrl_api.spec.RewardParams.
+    with pytest.raises(ValueError, match=r"params\.tolerance\n.*0\.1 must be a string: quote numbers"):
+        RewardSpec.model_validate({"name": "numeric", "params": {"tolerance": 0.1}})
+    with pytest.raises(ValueError, match=r"params\.tolerance\n.*\[0\.1\] must be a string"):
         RewardSpec.model_validate({"name": "numeric", "params": {"tolerance": [0.1]}})

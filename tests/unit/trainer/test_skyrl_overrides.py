@@ -115,11 +115,14 @@ HOSTILE = [
 
 
 def hostile_settings(s: str) -> tuple[dict, object]:
-    """Settings for a job whose checkpoint prefix (free text in the spec after the bucket) carries `s`, and whose
-    other strings the spec's patterns would refuse are set on the trainer config directly."""
-    _, cfg = reference_overrides({"spec": {"checkpoint": {"pvc": None, "s3": {"uri": f"s3://ckpt-bucket/{s}"}}}})
+    """Settings whose strings carry `s`. Admission refuses these in the spec (S3 keys, module names), so they are set
+    on the trainer config directly: the SkyRL boundary must keep them literal on its own, whatever reaches it."""
+    _, cfg = reference_overrides({"spec": {"checkpoint": {"pvc": None, "s3": {"uri": "s3://ckpt-bucket/prefix"}}}})
     cfg = cfg.model_copy(
         update={
+            "checkpoint": cfg.checkpoint.model_copy(
+                update={"dir": cfg.checkpoint.dir.replace("s3://ckpt-bucket/prefix", f"s3://ckpt-bucket/{s}")}
+            ),
             "model": cfg.model.model_copy(update={"name": s}),
             "lora": cfg.lora.model_copy(update={"target_modules": [s, "q_proj"]}),
         }
@@ -131,7 +134,7 @@ def hostile_settings(s: str) -> tuple[dict, object]:
 def test_spec_strings_reach_skyrl_as_the_literal_strings(s: str) -> None:
     o, cfg = hostile_settings(s)
     nested = skyrl_config_dict(o)
-    assert cfg.checkpoint.dir.startswith(f"s3://ckpt-bucket/{s}/")  # from the spec, through the operator
+    assert cfg.checkpoint.dir.startswith(f"s3://ckpt-bucket/{s}/")
     assert nested["trainer"]["ckpt_path"] == cfg.checkpoint.dir
     assert nested["trainer"]["export_path"] == f"{cfg.checkpoint.dir}/exports"
     assert nested["trainer"]["policy"]["model"]["path"] == nested["trainer"]["ref"]["model"]["path"] == s
