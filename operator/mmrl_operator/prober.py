@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mmrl_operator.workqueue import Key, WorkQueue
+
 log = logging.getLogger("mmrl.prober")
-Key = tuple[str, str]  # (namespace, job name): the work queue's key
 
 
 @dataclass(frozen=True)
@@ -46,84 +46,70 @@ class Probe:
 
 
 class Prober:
+    """Probes on a `WorkQueue` of their own: it already gives one probe per job at a time, deduplicated requests, and
+    a second run when a job asks again while its probe runs. This class adds what to ask and the answers."""
+
     def __init__(
         self, ask: Callable[[Target], Probe], wake: Callable[[Key], None], workers: int = 4, fresh: float = 5.0
     ) -> None:
         self._ask, self._wake, self._fresh = ask, wake, fresh
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
         self._latest: dict[Key, tuple[Probe, float]] = {}  # the answer, and when it came (monotonic)
-        self._wanted: dict[Key, Target] = {}  # queued or running, one per job
-        self._order: deque[Key] = deque()  # queued jobs, oldest first
-        self._running: set[Key] = set()
-        self._dropped: set[Key] = set()  # forgotten while their probe ran: its answer is not kept
-        self._stop = False
-        self._threads = [
-            threading.Thread(target=self._work, name=f"mmrl-prober-{i}", daemon=True) for i in range(workers)
-        ]
+        self._wanted: dict[Key, Target] = {}  # asked for, not yet taken by a probe; one per job
+        self._taken: dict[Key, Target] = {}  # probes running now; forgetting a job drops its entry (and answer)
+        self._queue = WorkQueue(self._probe, workers=workers)
 
     def start(self) -> None:
-        for t in self._threads:
-            t.start()
+        self._queue.start()
 
     def stop(self) -> None:
-        with self._cv:
-            self._stop = True
-            self._cv.notify_all()
+        self._queue.stop()
+
+    def idle(self) -> bool:
+        """No probe is asked for or running."""
+        with self._lock:
+            return not self._wanted and not self._taken
 
     def seen(self, key: Key, target: Target) -> Probe | None:
         """The latest answer for `target` without waiting for one; a fresh probe is queued unless it is recent."""
-        with self._cv:
+        with self._lock:
             latest, at = self._latest.get(key, (None, 0.0))
             current = latest if latest is not None and latest.target == target else None
-            self._dropped.discard(key)
             recent = current is not None and time.monotonic() - at < self._fresh
-            if not recent and key not in self._wanted:
-                if key not in self._running:
-                    self._order.append(key)
-                    self._cv.notify()
+            ask = not recent and key not in self._wanted
+            if ask:
                 self._wanted[key] = target
-            return current
+        if ask:
+            self._queue.add(key)
+        return current
 
     def forget(self, key: Key) -> None:
         """The job no longer serves (or is gone): drop its answer, and its probe if not yet started."""
-        with self._cv:
+        with self._lock:
             self._latest.pop(key, None)
-            self._wanted.pop(key, None)  # its entry in _order is skipped when reached
-            if key in self._running:
-                self._dropped.add(key)
+            self._wanted.pop(key, None)  # its queued run finds nothing to ask
+            self._taken.pop(key, None)  # a running probe's answer is not kept
 
-    def _next(self) -> tuple[Key, Target] | None:
-        with self._cv:
-            while not self._stop:
-                while self._order:
-                    key = self._order.popleft()
-                    target = self._wanted.pop(key, None)
-                    if target is not None:
-                        self._running.add(key)
-                        return key, target
-                self._cv.wait()
-            return None
-
-    def _work(self) -> None:
-        while (job := self._next()) is not None:
-            key, target = job
-            try:
-                probe = self._ask(target)
-            except Exception as exc:  # `ask` reports failures as a Probe; anything else is a bug worth a line
-                log.exception("probe of %s/%s failed", *key)
-                probe = Probe(target, None, type(exc).__name__)
-            with self._cv:
-                self._running.discard(key)
-                if key in self._wanted:  # asked again while it ran: queue the newer request
-                    self._order.append(key)
-                    self._cv.notify()
-                if key in self._dropped:
-                    self._dropped.discard(key)
-                    continue
-                before = self._latest.get(key, (None, 0.0))[0]
-                self._latest[key] = (probe, time.monotonic())
-            if news(before, probe):
-                self._wake(key)
+    def _probe(self, key: Key) -> None:
+        with self._lock:
+            target = self._wanted.pop(key, None)
+            if target is None:
+                return None
+            self._taken[key] = target
+        try:
+            probe = self._ask(target)
+        except Exception as exc:  # `ask` reports failures as a Probe; anything else is a bug worth a line
+            log.exception("probe of %s/%s failed", *key)
+            probe = Probe(target, None, type(exc).__name__)
+        with self._lock:
+            if self._taken.get(key) is not target:
+                return None  # forgotten while it ran
+            del self._taken[key]
+            before = self._latest.get(key, (None, 0.0))[0]
+            self._latest[key] = (probe, time.monotonic())
+        if news(before, probe):
+            self._wake(key)
+        return None
 
 
 def news(before: Probe | None, after: Probe) -> bool:

@@ -84,7 +84,7 @@ def test_a_changed_answer_wakes_the_job_and_an_unchanged_one_does_not(servers: S
     assert woken.get(timeout=30) == key
     first = prober.seen(key, target("a"))  # also asks again: the same 503
     assert first is not None and first.models is None and "no endpoints" in first.error
-    wait_until(lambda: woken.empty() and not prober._wanted and not prober._running, 30, what="the second probe")
+    wait_until(lambda: woken.empty() and prober.idle(), 30, what="the second probe")
     assert woken.empty()
 
     servers.add("a", "models")  # the server came up
