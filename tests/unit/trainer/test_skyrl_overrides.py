@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 from mmrl_api import MultimodalRLJob
 from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.jsonmerge import merge_patch
-from mmrl_trainer.backends.skyrl import skyrl_config_dict, skyrl_overrides
+from mmrl_trainer.backends.skyrl_config import skyrl_config_dict, skyrl_overrides
 from tests.support.corpus import example
 
 TRAIN, VAL = ["/fsx/job/data/train.parquet"], ["/fsx/job/data/validation.parquet"]
@@ -151,7 +151,7 @@ import json, sys, typing
 if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
     import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
 from skyrl.train.utils.utils import validate_cfg
-from mmrl_trainer.backends.skyrl import build_skyrl_config
+from mmrl_trainer.backends.skyrl_config import build_skyrl_config
 c = build_skyrl_config(json.load(sys.stdin))
 validate_cfg(c)  # SkyRL's own cross-field checks (batch divisibility, placement, LoRA/VLM constraints)
 print(json.dumps({
@@ -205,7 +205,7 @@ import json, sys, typing
 if sys.version_info < (3, 12):
     import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
 from skyrl.train.config import SkyRLTrainConfig
-from mmrl_trainer.backends.skyrl import build_skyrl_config
+from mmrl_trainer.backends.skyrl_config import build_skyrl_config
 def seen(c):
     m = c.trainer.policy.model
     return [c.trainer.ckpt_path, m.path, list(m.lora.target_modules), list(c.data.train_data), list(c.data.val_data)]

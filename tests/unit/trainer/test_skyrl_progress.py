@@ -224,7 +224,7 @@ except ModuleNotFoundError as err:
 from transformers import AutoTokenizer
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.utils.tracking import Tracking
-from mmrl_trainer.backends.skyrl import build_skyrl_config
+from mmrl_trainer.backends.skyrl_config import build_skyrl_config
 parquet, tokenizer_dir = sys.argv[3:5]
 cfg = build_skyrl_config(json.load(sys.stdin))
 tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -289,7 +289,7 @@ def test_skyrl_callback_api_reports_steps_rewards_and_checkpoints(tmp_path: Path
 
 @pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) -> None:
-    from mmrl_trainer.backends.skyrl import skyrl_overrides
+    from mmrl_trainer.backends.skyrl_config import skyrl_overrides
     from mmrl_trainer.data import to_skyrl_rows, write_parquet
     from mmrl_trainer.synthetic import colour_examples
     from mmrl_trainer.tiny import build_tokenizer
