@@ -9,12 +9,13 @@ LoRA adapter is copied to `export_dir` and checked for vLLM.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
-from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_overrides
+from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_environment, skyrl_overrides
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.data import SKYRL_ENV_CLASS
 
@@ -68,6 +69,7 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
 
 
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pragma: no cover - needs the GPU image
+    os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
     import ray
     from skyrl.train.utils import validate_cfg
     from skyrl.train.utils.utils import initialize_ray
