@@ -28,6 +28,13 @@ def _summary(job) -> str:  # type: ignore[no-untyped-def]
     )
 
 
+def _footprint(job) -> str:  # type: ignore[no-untyped-def]
+    from mmrl_api.footprint import footprint_of
+
+    found = footprint_of(job.spec)
+    return found.describe() if found else f"unknown (no parameter count for {job.spec.model.name})"
+
+
 def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:  # type: ignore[no-untyped-def]
     """Validate every MultimodalRLJob document in the files; print errors with field paths. Exit status."""
     failed = False
@@ -52,6 +59,7 @@ def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:
                     print(f"{where}: {e.path}: {e.message}", file=err)
             else:
                 print(f"{where}: ok: {_summary(job)}", file=out)
+                print(f"{where}: checkpoint footprint: {_footprint(job)}", file=out)
     return 1 if failed else 0
 
 

@@ -1,4 +1,5 @@
-"""`python -m mmrl_trainer --config FILE [--attempt N] [--backend local|skyrl] [--check]`: the RayJob entrypoint.
+"""`python -m mmrl_trainer --config FILE [--attempt N] [--backend local|skyrl] [--check] [--dry-run]`: the RayJob
+entrypoint.
 
 Exit codes are part of the contract with the operator (mmrl_api.contract): 0 the job trained and exported its
 adapter; 2 the command line or the config file is invalid; 3 the data, model or adapter is unusable (fix the spec,
@@ -38,6 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=["local", "skyrl"], help="override the config's backend")
     parser.add_argument("--config-sha256", help="wait until the config file has this digest (a ConfigMap update)")
     parser.add_argument("--check", action="store_true", help="validate the command line and config, then exit")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would run (settings, paths, footprint), start nothing"
+    )
     try:
         args = parser.parse_args(argv)
     except _ArgumentError as err:
@@ -85,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = cfg.model_copy(update={"backend": args.backend})
     log.info("job %s/%s: backend=%s resume=%s", cfg.job.namespace, cfg.job.name, cfg.backend, cfg.resume)
     if args.check:
+        return EXIT_OK
+    if args.dry_run:
+        from mmrl_trainer.dry_run import describe
+
+        try:
+            print(describe(cfg, attempt=args.attempt), flush=True)
+        except ValueError as err:
+            return _fail(EXIT_BAD_CONFIG, str(err))
         return EXIT_OK
     try:
         if cfg.backend == "local":

@@ -9,12 +9,18 @@ LoRA adapter is copied to `export_dir` and checked for vLLM.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
-from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_overrides
+from mmrl_trainer.backends.skyrl_config import (
+    build_skyrl_config,
+    skyrl_environment,
+    skyrl_overrides,
+    skyrl_paths,
+)
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.data import SKYRL_ENV_CLASS
 
@@ -68,13 +74,14 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
 
 
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pragma: no cover - needs the GPU image
+    os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
     import ray
     from skyrl.train.utils import validate_cfg
     from skyrl.train.utils.utils import initialize_ray
 
     # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
     SkyRLProgress.from_config(cfg, attempt=attempt).started()
-    data_dir = Path("/tmp/mmrl-data") if cfg.checkpoint.dir.startswith("s3://") else Path(cfg.checkpoint.dir) / "data"
+    data_dir = Path(skyrl_paths(cfg).data)  # what --dry-run prints
     train_files, val_files = materialise_data(cfg, data_dir)
     skyrl_cfg = build_skyrl_config(skyrl_overrides(cfg, train_files=train_files, val_files=val_files))
     validate_cfg(skyrl_cfg)

@@ -6,23 +6,98 @@ keys. The settings reach SkyRL as structured values, never as `key=value` string
 value as YAML and resolves OmegaConf interpolations, so a spec string such as an S3 prefix containing
 `${oc.env:AWS_SECRET_ACCESS_KEY}` would pull the trainer's environment into its config, and `#`, quotes, commas
 or brackets would change the value.
+
+Every SkyRL key, variable and behaviour relied on here is cited (file:function) against skyrl 0.3.0.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from mmrl_api.adapter_rules import VISION_TOWER_MODULES
+from mmrl_api.adapter_rules import VISION_TOWER_MODULES, smallest_max_lora_rank
+from mmrl_api.image_budget import image_budget
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer.data import SKYRL_ENV_CLASS
 
+# skyrl/env_vars.py: SKYRL_RAY_PG_TIMEOUT_IN_S (default 180 s) bounds every placement-group wait
+# (train/trainer.py, train/entrypoints/main_base.py:get_colocate_pg, inference_servers/setup.py). On HyperPod the
+# workers of a fresh RayCluster may still be pulling the trainer image or waiting for Kueue when the driver starts.
+RAY_PG_TIMEOUT_SECONDS = 1800
 
-def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
+
+@dataclass(frozen=True)
+class SkyRLPaths:
+    """Where one attempt's files live. All but `data` and `lora_sync` of an s3:// job are on the checkpoint volume,
+    which every Ray pod mounts at the same path."""
+
+    checkpoint: str
+    export: str
+    data: str
+    lora_sync: str
+    logs: str
+
+
+def _shared_dir(cfg: TrainerConfig) -> str | None:
+    """The job directory when every Ray pod sees it as a file system; None for s3:// checkpoints."""
+    return None if cfg.checkpoint.dir.startswith("s3://") else cfg.checkpoint.dir.rstrip("/")
+
+
+def skyrl_paths(cfg: TrainerConfig) -> SkyRLPaths:
+    """The paths of this job's SkyRL run.
+
+    `lora_sync`: after each step policy rank 0 writes the adapter there and every vLLM engine loads it from there
+    (backends/skyrl_train/workers/fsdp/fsdp_worker.py:_save_lora_adapters_and_sync); SkyRL's default
+    /tmp/skyrl_lora_sync exists only on rank 0's node, so engines on other nodes fail. With s3:// checkpoints there
+    is no shared file system (vLLM loads adapters from a local path, not S3), so a multi-node s3:// job is refused.
+    `logs`: trainer.log_path; SkyRL points SKYRL_LOG_FILE at `<log_path>/infra-<time>.log` for every vLLM server and
+    training worker (train/utils/utils.py:initialize_ray, train/utils/ray_logging.py:redirect_actor_output_to_file).
+    """
+    shared = _shared_dir(cfg)
+    if shared is None:
+        if cfg.placement.num_nodes > 1:
+            raise ValueError(
+                f"spec.checkpoint.s3: a LoRA job on {cfg.placement.num_nodes} nodes needs a file system every Ray "
+                "pod shares (SkyRL's vLLM engines load each step's adapter from a path, not from S3); use "
+                "spec.checkpoint.pvc (e.g. an FSx for Lustre claim) or one worker replica"
+            )
+        scratch = f"/tmp/mmrl/{cfg.job.namespace}/{cfg.job.name}"
+        return SkyRLPaths(
+            cfg.checkpoint.dir, cfg.export_dir, f"{scratch}/data", f"{scratch}/lora_sync", f"{scratch}/logs"
+        )
+    return SkyRLPaths(cfg.checkpoint.dir, cfg.export_dir, f"{shared}/data", f"{shared}/lora_sync", f"{shared}/logs")
+
+
+def skyrl_environment(cfg: TrainerConfig) -> dict[str, str]:
+    """Environment variables the SkyRL run needs, set in the RayJob driver before `initialize_ray`.
+
+    SKYRL_RAY_PG_TIMEOUT_IN_S is read when skyrl.env_vars is imported, in the `skyrl_entrypoint` Ray task and the
+    actors it starts, not in the driver; SkyRL forwards it from the driver's environment to every Ray worker through
+    the job's runtime_env (train/utils/utils.py:prepare_runtime_environment), which is how it reaches them.
+    """
+    del cfg  # the same for every job today; kept so a job-dependent value has one home
+    return {"SKYRL_RAY_PG_TIMEOUT_IN_S": str(RAY_PG_TIMEOUT_SECONDS)}
+
+
+def skyrl_overrides(
+    cfg: TrainerConfig,
+    *,
+    train_files: list[str],
+    val_files: list[str],
+    model_path: str | None = None,
+    images_per_prompt: int = 1,
+) -> dict[str, Any]:
     """The dotted SkyRL settings for one attempt of this job (keys as documented by SkyRL's config), with Python
-    values: lists are lists and strings are taken literally."""
+    values: lists are lists and strings are taken literally.
+
+    `model_path`: where the base model was staged (an s3:// model or a pinned revision, copied to a local path);
+    SkyRL loads policy, ref and vLLM from it. `images_per_prompt`: the most images one prompt of the data carries,
+    for the image token budget."""
     algo, lora, place = cfg.algorithm, cfg.lora, cfg.placement
     gpus = place.num_nodes * max(1, place.gpus_per_node)
-    model = cfg.model.name.removeprefix("hf://")
+    model = model_path or cfg.model.name.removeprefix("hf://")
+    paths = skyrl_paths(cfg)
+    budget = image_budget(algo.max_prompt_length, images_per_prompt)
     out: dict[str, Any] = {
         "trainer.algorithm.advantage_estimator": "grpo",
         "trainer.algorithm.use_kl_loss": algo.kl_coef > 0,
@@ -37,6 +112,7 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
         "trainer.policy.model.lora.dropout": lora.dropout,
         "trainer.policy.model.lora.target_modules": list(lora.target_modules),
         "trainer.policy.model.lora.exclude_modules": VISION_TOWER_MODULES,
+        "trainer.policy.model.lora.lora_sync_path": paths.lora_sync,
         "trainer.policy.optimizer_config.lr": algo.learning_rate,
         "trainer.train_batch_size": algo.train_batch_size,
         "trainer.policy_mini_batch_size": algo.mini_batch_size,
@@ -57,6 +133,15 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
         "generator.inference_engine.backend": "vllm",
         "generator.inference_engine.num_engines": gpus,
         "generator.inference_engine.tensor_parallel_size": 1,
+        # SkyRL sets vLLM's max_lora_rank to the LoRA rank and then applies engine_init_kwargs over its args
+        # (backends/skyrl_train/inference_servers/utils.py:build_vllm_cli_args), but vLLM accepts only a few
+        # values, so rank 24 would not start. mm_processor_kwargs caps the pixels per image: vLLM renders the
+        # prompt, images included, and SkyRL ends a rollout whose rendered prompt is over max_prompt_length
+        # (train/generators/skyrl_vlm_generator.py:agent_loop, stop_reason "length", reward 0).
+        "generator.inference_engine.engine_init_kwargs": {
+            "max_lora_rank": smallest_max_lora_rank(lora.rank),
+            "mm_processor_kwargs": budget.processor_kwargs(),
+        },
         # SkyRL's VLM mode: images travel as image_url parts; padding-free microbatches and batched
         # generation are not supported for multimodal inputs.
         "generator.vision_language_generator": True,
@@ -75,6 +160,10 @@ def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: li
         "trainer.hf_save_interval": -1,
         "trainer.seed": cfg.seed,
         "trainer.logger": "console",
+        # An example rollout every step is a base64 image in the driver log (train/trainer.py); 0 turns it off
+        # (train/config/config.py:TrainerConfig.print_example_interval).
+        "trainer.print_example_interval": 0,
+        "trainer.log_path": paths.logs,
         "trainer.project_name": "mmrl",
         "trainer.run_name": f"{cfg.job.namespace}-{cfg.job.name}",
     }

@@ -1,0 +1,125 @@
+"""The storage a job's checkpoints need, so a platform team can size FSx before the first run fills it.
+
+What SkyRL 0.3.0 writes per checkpoint with FSDP + LoRA (backends/skyrl_train/distributed/fsdp_strategy.py:
+save_checkpoint): every rank's shard of the policy's full state dict, base weights included, in fp32 (the policy is
+loaded with bf16=False, workers/fsdp/fsdp_worker.py, so the master copy is fp32); the AdamW state, two fp32 tensors
+per trained parameter and none for the frozen base (torch's AdamW keeps state only for parameters with gradients);
+the PEFT adapter (`lora_adapter/`, fp32); and small configs. SkyRL deletes the oldest checkpoint only after writing
+a new one, so `keep + 1` checkpoints are on disk at the peak. The local (TRL) backend saves the adapter and its
+optimizer state only.
+
+Parameter counts come from a small table of known models (with the shapes that size a LoRA) or the `<N>B` in the
+model's name; for any other model the footprint is unknown (None).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from mmrl_api.spec import LoRASpec, ModelSpec
+
+FP32_BYTES = 4
+ADAMW_STATES = 2  # exp_avg, exp_avg_sq
+
+
+@dataclass(frozen=True)
+class TextShape:
+    """The language model's sizes that fix a LoRA's parameter count (vision-tower LoRA is excluded)."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    q_out: int
+    kv_out: int
+
+    def lora_params(self, rank: int, targets: list[str]) -> int:
+        h, i = self.hidden, self.intermediate
+        in_out = {
+            "q_proj": (h, self.q_out),
+            "k_proj": (h, self.kv_out),
+            "v_proj": (h, self.kv_out),
+            "o_proj": (self.q_out, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+        chosen = in_out.values() if "all-linear" in targets else [in_out[t] for t in targets if t in in_out]
+        return self.layers * rank * sum(a + b for a, b in chosen)
+
+
+# Qwen3-VL dense models: parameters (vision + language, from the published safetensors) and text config.
+KNOWN_MODELS: dict[str, tuple[int, TextShape]] = {
+    "qwen3-vl-2b": (2_127_000_000, TextShape(28, 2048, 6144, 2048, 1024)),
+    "qwen3-vl-4b": (4_438_000_000, TextShape(36, 2560, 9728, 4096, 1024)),
+    "qwen3-vl-8b": (8_767_000_000, TextShape(36, 4096, 12288, 4096, 1024)),
+    "qwen3-vl-32b": (33_417_000_000, TextShape(64, 5120, 25600, 8192, 1024)),
+}
+_KNOWN = re.compile(r"qwen3-vl-\d+b(?![\w.])")
+_BILLIONS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)b(?![a-z0-9])")
+
+
+def model_size(name: str) -> tuple[int, TextShape | None] | None:
+    """(parameters, text shape if known) for a model name, hub id, URI or path; None when unknown."""
+    leaf = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    known = _KNOWN.search(leaf)
+    if known:
+        return KNOWN_MODELS.get(known.group(0)) or _from_name(leaf)
+    return _from_name(leaf)
+
+
+def _from_name(leaf: str) -> tuple[int, None] | None:
+    found = _BILLIONS.search(leaf.replace("_", "-"))
+    return (int(float(found.group(1)) * 1e9), None) if found else None
+
+
+@dataclass(frozen=True)
+class Footprint:
+    params: int
+    lora_params: int | None
+    """None when the model's shape is unknown: the LoRA share (about 1% for rank 32) is then left out."""
+    bytes_per_checkpoint: int
+    checkpoints: int
+    """keep + 1: the newest is written before the oldest is deleted."""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes_per_checkpoint * self.checkpoints
+
+    def describe(self) -> str:
+        return (
+            f"{self.total_bytes / 1e9:.1f} GB ({self.checkpoints} checkpoints of {self.bytes_per_checkpoint / 1e9:.1f}"
+            f" GB; {self.params / 1e9:.2f}B parameters"
+            + ("" if self.lora_params is not None else ", LoRA share not included: model shape unknown")
+            + ")"
+        )
+
+
+def checkpoint_footprint(model: ModelSpec, lora: LoRASpec, keep: int, backend: str) -> Footprint | None:
+    """Expected checkpoint storage of a job; None when the model's parameter count is unknown."""
+    size = model_size(model.name)
+    if size is None:
+        return None
+    params, shape = size
+    if backend == "local" and shape is None:
+        return None  # the local backend saves only LoRA-sized state, which needs the shape
+    lora_params = shape.lora_params(lora.rank, list(lora.target_modules)) if shape else None
+    trained = lora_params or 0
+    adapter_and_optimizer = trained * FP32_BYTES * (1 + ADAMW_STATES)
+    if backend == "local":
+        per_checkpoint = adapter_and_optimizer
+    else:
+        per_checkpoint = (params + trained) * FP32_BYTES + adapter_and_optimizer
+    return Footprint(params, lora_params, per_checkpoint, keep + 1)
+
+
+class _Job(Protocol):
+    model: ModelSpec
+    lora: LoRASpec
+
+
+def footprint_of(job: _Job) -> Footprint | None:
+    """The footprint of a MultimodalRLJob spec or a TrainerConfig (both carry model, LoRA and checkpoint.keep)."""
+    backend = getattr(job, "backend", None) or job.trainer.backend  # type: ignore[attr-defined]
+    return checkpoint_footprint(job.model, job.lora, job.checkpoint.keep, backend)  # type: ignore[attr-defined]

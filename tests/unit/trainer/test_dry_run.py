@@ -1,0 +1,115 @@
+"""`python -m mmrl_trainer --config FILE --dry-run` on the configs the operator builds for the examples: it prints
+exactly the settings the run would hand its backend, the paths, world size and footprint, and starts nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmrl_api import MultimodalRLJob
+from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_operator.jsonmerge import merge_patch
+from mmrl_trainer.__main__ import main
+from mmrl_trainer.backends.local import grpo_kwargs
+from mmrl_trainer.backends.skyrl_config import skyrl_overrides, skyrl_paths
+from tests.support.corpus import example
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def config_file(tmp_path: Path, name: str, patch: dict | None = None):
+    cfg = build_trainer_config(MultimodalRLJob.model_validate(merge_patch(example(name), patch or {})))
+    path = tmp_path / f"{name}.json"
+    path.write_text(cfg.to_json())
+    return cfg, path
+
+
+def section(out: str, header: str) -> dict[str, str]:
+    """The `key=value` lines under a header line that starts with `header`, up to the next header."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header)) + 1
+    body = []
+    for line in lines[start:]:
+        if line.endswith(":") or "=" not in line:
+            break
+        body.append(line)
+    assert body == sorted(body)
+    return dict(line.split("=", 1) for line in body)
+
+
+def shown(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def test_dry_run_of_the_reference_job_prints_the_exact_skyrl_overrides(tmp_path: Path, capsys) -> None:
+    cfg, path = config_file(tmp_path, "job.yaml")
+    assert main(["--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    paths = skyrl_paths(cfg)
+    expected = skyrl_overrides(
+        cfg, train_files=[f"{paths.data}/train.parquet"], val_files=[f"{paths.data}/validation.parquet"]
+    )
+    printed = section(out, "skyrl overrides")
+    assert printed == {k: shown(v) for k, v in expected.items()}
+    assert json.loads(printed["generator.inference_engine.engine_init_kwargs"])["max_lora_rank"] == 32
+    assert section(out, "environment") == {"SKYRL_RAY_PG_TIMEOUT_IN_S": "1800"}
+    lines = out.splitlines()
+    assert lines[0] == "backend: skyrl"
+    assert "world size: 8 GPUs (1 node(s) x 8)" in lines
+    for label, value in [
+        ("checkpoint dir", paths.checkpoint),
+        ("export dir", paths.export),
+        ("data dir", paths.data),
+        ("lora sync path", paths.lora_sync),
+        ("log dir", paths.logs),
+    ]:
+        assert f"{label}: {value}" in lines
+    assert any(line.startswith("expected checkpoint footprint: 145.9 GB (4 checkpoints") for line in lines)
+
+
+def test_dry_run_of_the_local_example_prints_its_trl_arguments(tmp_path: Path, capsys) -> None:
+    cfg, path = config_file(tmp_path, "local.yaml")
+    assert main(["--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    expected = grpo_kwargs(cfg, f"{cfg.checkpoint.dir}/.trl-staging", use_cpu=True)
+    assert section(out, "trl arguments") == {k: shown(v) for k, v in expected.items()}
+    assert section(out, "lora arguments")["r"] == "8"
+    assert out.splitlines()[0] == "backend: local"
+    assert f"checkpoint dir: {cfg.checkpoint.dir}" in out.splitlines()
+
+
+def test_dry_run_refuses_what_the_run_would_refuse_with_the_field(tmp_path: Path, capsys) -> None:
+    patch = {
+        "spec": {
+            "checkpoint": {"pvc": None, "s3": {"uri": "s3://ckpt-bucket/prefix"}},
+            "cluster": {"workerGroups": [{"name": "p5", "replicas": 2, "gpusPerNode": 8}]},
+        }
+    }
+    _, path = config_file(tmp_path, "job.yaml", patch)
+    assert main(["--config", str(path), "--dry-run"]) == 2
+    assert "spec.checkpoint.s3" in capsys.readouterr().err
+
+
+_PROBE = """
+import json, sys
+from mmrl_trainer.__main__ import main
+rc = main(["--config", sys.argv[1], "--dry-run"])
+heavy = sorted(m for m in ("ray", "skyrl", "torch", "trl", "vllm", "transformers", "kubernetes") if m in sys.modules)
+print(json.dumps([rc, heavy]))
+"""
+
+
+@pytest.mark.parametrize("name", ["job.yaml", "local.yaml"])
+def test_dry_run_starts_nothing(tmp_path: Path, name: str) -> None:
+    _, path = config_file(tmp_path, name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("api", "operator", "trainer"))}
+    run = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [0, []]  # no Ray, SkyRL, torch, TRL, vLLM, API client
