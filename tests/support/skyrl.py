@@ -114,6 +114,7 @@ class _Worker:
                 start_new_session=True,
             )
         self.count = 0
+        self.ready = False
 
     def reply(self, timeout: float) -> dict:
         assert self.proc.stdout is not None
@@ -157,14 +158,23 @@ def _stop_worker() -> None:
 atexit.register(_stop_worker)
 
 
-def run_skyrl(script: str, *args: str, stdin: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Runs `script` as `python -c script *args` in the SkyRL venv (this checkout's sources importable); its
-    stdout, stderr and exit status come back as a CompletedProcess. The worker's first call includes its imports."""
+def start_worker() -> None:
+    """Starts the worker's imports without waiting for them, so they overlap the tests that run first."""
     global _worker
     with _lock:
         if _worker is None or _worker.proc.poll() is not None:
             _worker = _Worker(skyrl_python())
+
+
+def run_skyrl(script: str, *args: str, stdin: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Runs `script` as `python -c script *args` in the SkyRL venv (this checkout's sources importable); its
+    stdout, stderr and exit status come back as a CompletedProcess. The worker's first call includes its imports."""
+    start_worker()
+    with _lock:
+        assert _worker is not None
+        if not _worker.ready:
             _worker.reply(timeout)
+            _worker.ready = True
         return _worker.run(script, args, stdin, timeout)
 
 
