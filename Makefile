@@ -17,8 +17,15 @@ VENV_KEY := $(shell grep -v '^ *\#' requirements.lock 2>/dev/null | sha256sum | 
 VENV := $(MMRL_CACHE)/venv-$(VENV_KEY)
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.mmrl-ready
+# The SkyRL tests' venv, keyed the same way by requirements-skyrl.lock (see requirements-skyrl.in for why it is
+# separate: SkyRL pins its own transformers/peft, and its full dependencies are GPU-only). Tests find it through
+# MMRL_SKYRL_PYTHON; `make test` builds it, so those tests never lack it.
+SKYRL_KEY := $(shell grep -v '^ *\#' requirements-skyrl.lock 2>/dev/null | sha256sum | cut -c1-12)
+SKYRL_VENV := $(MMRL_CACHE)/skyrl-venv-$(SKYRL_KEY)
+SKYRL_STAMP := $(SKYRL_VENV)/.mmrl-ready
+export MMRL_SKYRL_PYTHON ?= $(SKYRL_VENV)/bin/python
 
-.PHONY: help setup lock test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
+.PHONY: help setup lock lock-skyrl skyrl-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -36,10 +43,33 @@ setup: $(STAMP) ## create/reuse the cached virtualenv and install this checkout 
 	@$(VENV)/bin/uv pip install --python $(VPY) --quiet --no-deps --no-build-isolation -e .
 	@ln -sfn $(VENV) .venv
 
+# Python 3.11 (this machine's python3) is enough for the parts of SkyRL the tests run; SkyRL's pydantic models need
+# typing_extensions.TypedDict there, which the .pth file installs at interpreter start-up. The big wheels (torch,
+# ray) are the main lock's, so a warm uv cache hardlinks them instead of downloading.
+$(SKYRL_STAMP): | $(STAMP)
+	@echo ">> creating $(SKYRL_VENV)"
+	$(VENV)/bin/uv venv --quiet --clear --python $(PYTHON) $(SKYRL_VENV)
+	$(VENV)/bin/uv pip install --python $(SKYRL_VENV)/bin/python --quiet --no-deps -r requirements-skyrl.lock
+	echo 'import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict' \
+		> $$($(SKYRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/mmrl_typeddict_shim.pth
+	@# The shim's check (SkyRL's config models fail without it); the tests import the rest, and their worker says
+	@# which import failed.
+	$(SKYRL_VENV)/bin/python -c 'import skyrl.train.config'
+	touch $@
+
+skyrl-venv: $(SKYRL_STAMP) ## create/reuse the cached SkyRL venv the SkyRL tests run in (prints its python)
+	@echo $(MMRL_SKYRL_PYTHON)
+
 lock: ## re-resolve requirements.lock from pyproject.toml
 	$(PYTHON) -m pip install --quiet --user 'uv>=0.5' 2>/dev/null || true
 	$(PYTHON) -m uv pip compile pyproject.toml --extra operator --extra trainer --extra dev \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 -o requirements.lock
+
+lock-skyrl: setup ## re-resolve requirements-skyrl.lock from requirements-skyrl.in (+ skyrl, skyrl-gym without deps)
+	$(VENV)/bin/uv pip compile requirements-skyrl.in --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		-o requirements-skyrl.lock
+	printf '%s\n' '# Not resolved: installed --no-deps with everything above (their own deps are vLLM, flash-attn, CUDA).' \
+		skyrl==0.3.0 skyrl-gym==0.4.0 >> requirements-skyrl.lock
 
 bins: setup ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
 	$(VPY) -m mmrl_local build
@@ -70,16 +100,16 @@ fmt: setup
 PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests for '$(1)' - failing" >&2; exit 1; fi; exit $$rc
 
-test: setup bins crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
+test: setup skyrl-venv bins crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
 	$(call PYTEST,tests)
 
-test-unit: setup ## unit tests only (no cluster, no torch)
+test-unit: setup skyrl-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
 	$(call PYTEST,tests/unit)
 
 test-cluster: setup bins ## real-apiserver tests only (tests/cluster)
 	$(call PYTEST,tests/cluster)
 
-test-trainer: setup
+test-trainer: setup skyrl-venv
 	$(call PYTEST,tests/trainer)
 
 up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in in the background

@@ -3,8 +3,11 @@ checkout's sources — not whichever checkout last ran `pip install -e .` into t
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [str(ROOT / d) for d in ("api", "operator", "trainer", "local")]
@@ -13,3 +16,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join([*SOURCES, str(ROOT), *filter(None, [
 # Control plane, namespace, nodes, stand-in and operator fixtures for tests/cluster and tests/e2e (lazy: unit tests
 # never start anything).
 pytest_plugins = ["tests.support.cluster_fixtures"]
+
+
+def pytest_collection_finish(session) -> None:
+    """When SkyRL tests were collected, their worker imports SkyRL while the tests before them run."""
+    from tests.support import skyrl
+
+    if any(getattr(getattr(item, "module", None), "run_skyrl", None) is skyrl.run_skyrl for item in session.items):
+        # No SkyRL venv: each SkyRL test fails on its own, saying how to build it.
+        with contextlib.suppress(pytest.fail.Exception):
+            skyrl.start_worker()

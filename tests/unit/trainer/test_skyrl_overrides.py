@@ -4,8 +4,6 @@ strings reach SkyRL's config literally (no YAML, no OmegaConf interpolation)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import skyrl_config_dict, skyrl_overrides
 from tests.support.corpus import example
+from tests.support.skyrl import run_skyrl
 
 TRAIN, VAL = ["/fsx/job/data/train.parquet"], ["/fsx/job/data/validation.parquet"]
 
@@ -142,10 +141,8 @@ def test_spec_strings_reach_skyrl_as_the_literal_strings(s: str) -> None:
     assert nested["data"] == {"train_data": [f"/data/{s}.parquet"], "val_data": [f"/data/{s},v.parquet"]}
 
 
-# SkyRL needs Python 3.12 and its own pins; when a venv with it exists (MMRL_SKYRL_PYTHON, or the throwaway one
-# make_skyrl_venv.sh builds at ~/.cache/mmrl/skyrl-venv), its own config class parses our overrides (rejecting
-# unknown keys) and its validate_cfg checks them.
-_SKYRL_PY = Path(os.environ.get("MMRL_SKYRL_PYTHON", Path.home() / ".cache/mmrl/skyrl-venv/bin/python"))
+# In the SkyRL venv (`make skyrl-venv`; tests.support.skyrl), SkyRL's own config class parses our overrides
+# (rejecting unknown keys) and its validate_cfg checks them.
 _VALIDATE = r"""
 import json, sys, typing
 if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
@@ -167,18 +164,9 @@ print(json.dumps({
 """
 
 
-def run_skyrl(script: str, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
-    return subprocess.run(
-        [str(_SKYRL_PY), "-c", script, *args], input=stdin, capture_output=True, text=True, timeout=180, env=env
-    )
-
-
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_own_config_class_accepts_the_overrides() -> None:
     o, _ = reference_overrides()
-    run = run_skyrl(_VALIDATE, json.dumps(o))
+    run = run_skyrl(_VALIDATE, stdin=json.dumps(o))
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got == {
@@ -193,10 +181,9 @@ def test_skyrl_own_config_class_accepts_the_overrides() -> None:
     }
 
 
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_rejects_a_misspelt_key_so_the_validation_is_real() -> None:
     o, _ = reference_overrides()
-    run = run_skyrl(_VALIDATE, json.dumps({**o, "trainer.policy.model.lora.rnak": 8}))
+    run = run_skyrl(_VALIDATE, stdin=json.dumps({**o, "trainer.policy.model.lora.rnak": 8}))
     assert run.returncode != 0 and "rnak" in run.stderr
 
 
@@ -216,13 +203,12 @@ print(json.dumps({"ours": ours, "cli": cli}))
 """
 
 
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_config_holds_spec_strings_literally_where_its_cli_path_would_read_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = {s: hostile_settings(s) for s in HOSTILE}
     monkeypatch.setenv("MMRL_TEST_SECRET", "not-for-the-config")
-    run = run_skyrl(_LITERAL, json.dumps({s: o for s, (o, _) in settings.items()}))
+    run = run_skyrl(_LITERAL, stdin=json.dumps({s: o for s, (o, _) in settings.items()}))
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     for s, (_, cfg) in settings.items():
@@ -250,11 +236,8 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_our_rewards_run_as_a_registered_skyrl_gym_environment() -> None:
-    root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
-    run = subprocess.run([str(_SKYRL_PY), "-c", _ENV], capture_output=True, text=True, timeout=180, env=env)
+    run = run_skyrl(_ENV)
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == [[1.0, True], [0.0, True]]
 
@@ -328,7 +311,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_prompt_dataset_reads_our_rows_and_feeds_our_env(tmp_path: Path) -> None:
     from mmrl_trainer.data import to_skyrl_rows, write_parquet
     from mmrl_trainer.synthetic import colour_examples
@@ -338,15 +320,7 @@ def test_skyrl_prompt_dataset_reads_our_rows_and_feeds_our_env(tmp_path: Path) -
         to_skyrl_rows(colour_examples(3, 0), data_source="synthetic://colors"), tmp_path / "t.parquet"
     )
     build_tokenizer().save_pretrained(tmp_path / "tok")
-    root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
-    run = subprocess.run(
-        [str(_SKYRL_PY), "-c", _DATASET, str(parquet), str(tmp_path / "tok")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    run = run_skyrl(_DATASET, str(parquet), str(tmp_path / "tok"))
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(run.stdout.strip().splitlines()[-1])
     assert rows == [["mmrl_reward", ["image_url", "text"], 1.0, 0.0]] * 3

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,7 @@ import pytest
 from mmrl_trainer import checkpoint as ckpt
 from mmrl_trainer.backends.skyrl_progress import REWARD_KEY, SkyRLProgress, step_metrics
 from mmrl_trainer.progress import ProgressReporter
+from tests.support.skyrl import last_json, run_skyrl
 
 # One step's log dict as SkyRL 0.3.0's RayPPOTrainer builds it (a subset; names from skyrl/train/trainer.py).
 SKYRL_LOGS: dict[str, Any] = {
@@ -157,10 +156,7 @@ def test_a_failing_report_never_reaches_skyrl(tmp_path: Path, monkeypatch: pytes
     assert progress.report(1, 6, {}) is False
 
 
-# With SkyRL installed (the venv make_skyrl_venv.sh builds, or MMRL_SKYRL_PYTHON), the hook runs through SkyRL's own
-# classes. Code that needs more of SkyRL than that venv holds exits with SKIP and the test is skipped, saying why.
-_SKYRL_PY = Path(os.environ.get("MMRL_SKYRL_PYTHON", Path.home() / ".cache/mmrl/skyrl-venv/bin/python"))
-SKIP = 77
+# In the SkyRL venv (`make skyrl-venv`; tests.support.skyrl), the hook runs through SkyRL's own classes.
 _PRELUDE = r"""
 import json, sys, typing
 if sys.version_info < (3, 12):  # skyrl's pydantic models need typing_extensions.TypedDict before 3.12
@@ -217,10 +213,7 @@ print(json.dumps(patches))
 
 # The real trainer: our BasePPOExp subclass builds SkyRL's RayPPOTrainer (its own total-step count) with the callback.
 _TRAINER = r"""
-try:
-    from skyrl.train.trainer import RayPPOTrainer
-except ModuleNotFoundError as err:
-    print(f"SkyRL's trainer is not importable in this venv ({err})"); sys.exit(77)
+from skyrl.train.trainer import RayPPOTrainer
 from transformers import AutoTokenizer
 from skyrl.train.dataset import PromptDataset
 from skyrl.train.utils.tracking import Tracking
@@ -248,27 +241,13 @@ print(json.dumps({"total": trainer.total_training_steps, "patches": patches}))
 """
 
 
-def run_in_skyrl(script: str, *args: str, stdin: str | None = None) -> str:
-    root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": f"{root / 'api'}:{root / 'operator'}:{root / 'trainer'}"}
-    run = subprocess.run(
-        [str(_SKYRL_PY), "-c", _PRELUDE + script, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    if run.returncode == SKIP:
-        pytest.skip(run.stdout.strip().splitlines()[-1])
-    assert run.returncode == 0, run.stderr[-3000:]
-    return run.stdout.strip().splitlines()[-1]
+def run_in_skyrl(script: str, *args: str, stdin: str = "") -> Any:
+    return last_json(run_skyrl(_PRELUDE + script, *args, stdin=stdin))
 
 
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_callback_api_reports_steps_rewards_and_checkpoints(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
-    patches = json.loads(run_in_skyrl(_CALLBACKS, str(metrics), str(tmp_path / "ckpt")))
+    patches = run_in_skyrl(_CALLBACKS, str(metrics), str(tmp_path / "ckpt"))
     rows = records(metrics)
     steps = [(r["step"], r.get("reward"), r.get("event")) for r in rows]
     assert steps == [
@@ -287,7 +266,6 @@ def test_skyrl_callback_api_reports_steps_rewards_and_checkpoints(tmp_path: Path
     assert sent[1]["rewardMean"] == 0.1 and sent[-1]["rewardMean"] == 0.3
 
 
-@pytest.mark.skipif(not _SKYRL_PY.exists(), reason="no Python environment with SkyRL installed")
 def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) -> None:
     from mmrl_trainer.backends.skyrl_config import skyrl_overrides
     from mmrl_trainer.data import to_skyrl_rows, write_parquet
@@ -304,15 +282,8 @@ def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) 
     # No Ray here: SkyRL's vLLM metrics scraper would ask Ray for its nodes while the trainer is built.
     overrides["generator.inference_engine.enable_ray_prometheus_stats"] = False
     metrics = tmp_path / "metrics.jsonl"
-    out = json.loads(
-        run_in_skyrl(
-            _TRAINER,
-            str(metrics),
-            str(tmp_path / "ckpt"),
-            str(parquet),
-            str(tmp_path / "tok"),
-            stdin=json.dumps(overrides),
-        )
+    out = run_in_skyrl(
+        _TRAINER, str(metrics), str(tmp_path / "ckpt"), str(parquet), str(tmp_path / "tok"), stdin=json.dumps(overrides)
     )
     assert out["total"] == 6  # 13 prompts / batch 4 = 3 full batches a epoch, x 2 epochs: SkyRL's own count
     rows = records(metrics)
