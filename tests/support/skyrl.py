@@ -166,9 +166,23 @@ def start_worker() -> None:
             _worker = _Worker(skyrl_python())
 
 
-def run_skyrl(script: str, *args: str, stdin: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_skyrl(
+    script: str, *args: str, stdin: str = "", timeout: float = 300, fresh: bool = False
+) -> subprocess.CompletedProcess[str]:
     """Runs `script` as `python -c script *args` in the SkyRL venv (this checkout's sources importable); its
-    stdout, stderr and exit status come back as a CompletedProcess. The worker's first call includes its imports."""
+    stdout, stderr and exit status come back as a CompletedProcess. The worker's first call includes its imports.
+
+    `fresh=True` runs a new interpreter instead of a fork of the worker: for scripts that set environment variables
+    SkyRL reads when its modules are imported (skyrl.env_vars), which the worker has already imported."""
+    if fresh:
+        return subprocess.run(
+            [str(skyrl_python()), "-c", script, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        )
     start_worker()
     with _lock:
         assert _worker is not None

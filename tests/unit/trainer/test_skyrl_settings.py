@@ -14,7 +14,8 @@ from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import RAY_PG_TIMEOUT_SECONDS, skyrl_environment, skyrl_overrides, skyrl_paths
 from tests.support.corpus import example
-from tests.unit.trainer.test_skyrl_overrides import _SKYRL_PY, TRAIN, VAL, reference_overrides, run_skyrl
+from tests.support.skyrl import last_json, run_skyrl
+from tests.unit.trainer.test_skyrl_overrides import TRAIN, VAL, reference_overrides
 
 S3 = {"spec": {"checkpoint": {"pvc": None, "s3": {"uri": "s3://ckpt-bucket/prefix"}}}}
 
@@ -133,13 +134,9 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def through_skyrl() -> tuple[dict, object]:
-    if not _SKYRL_PY.exists():
-        pytest.skip("no Python environment with SkyRL installed")
     _, cfg = reference_overrides(with_rank(24))
     overrides = skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL, model_path="/fsx/mmrl/models/staged")
-    run = run_skyrl(_THROUGH_SKYRL, json.dumps([overrides, skyrl_environment(cfg)]))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1]), cfg
+    return last_json(run_skyrl(_THROUGH_SKYRL, stdin=json.dumps([overrides, skyrl_environment(cfg)]), fresh=True)), cfg
 
 
 def test_skyrl_accepts_rank_24_and_starts_vllm_with_max_lora_rank_32(through_skyrl) -> None:
