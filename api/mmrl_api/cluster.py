@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from mmrl_api import constants as c
 from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, cel, cel_rules
 from mmrl_api.kube_syntax import (
     LabelValue,
@@ -69,6 +70,22 @@ class WorkerGroup(ApiModel):
 KEY_NEEDS_EQUAL = "operator must be Exists when key is empty (a toleration of every taint)"
 EXISTS_HAS_NO_VALUE = "must be empty when operator is Exists"
 SECONDS_NEED_NO_EXECUTE = "may only be set when effect is NoExecute"
+# HyperPod taints a node it is checking, rebooting or replacing; a pod that tolerates the taint can land there.
+NO_HEALTH_TAINT = (
+    f"must not be {c.HYPERPOD_TAINT_KEY}: HyperPod puts that taint on nodes it is checking, rebooting or replacing, "
+    "and training pods must stay off them"
+)
+NO_MATCH_ALL = (
+    "must not be Exists with an empty key: that tolerates every taint, HyperPod's "
+    f"{c.HYPERPOD_TAINT_KEY} taint on nodes it is checking, rebooting or replacing included; name the taint's key"
+)
+
+
+def tolerates_health_taint(toleration: dict[str, Any]) -> bool:
+    """Whether a pod toleration (wire form) would let the pod onto a node carrying HyperPod's health taint: one
+    naming the taint's key, or one with no key and operator Exists, which tolerates every taint."""
+    key = toleration.get("key") or ""
+    return key == c.HYPERPOD_TAINT_KEY or (not key and toleration.get("operator") == "Exists")
 
 
 class Toleration(ApiModel):
@@ -77,6 +94,12 @@ class Toleration(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
             cel("self.operator == 'Exists' || (has(self.key) && self.key != '')", KEY_NEEDS_EQUAL, ".operator"),
+            cel(
+                "self.operator != 'Exists' || (has(self.key) && self.key != '')",
+                f"operator {NO_MATCH_ALL}",
+                ".operator",
+            ),
+            cel(f"!has(self.key) || self.key != '{c.HYPERPOD_TAINT_KEY}'", f"key {NO_HEALTH_TAINT}", ".key"),
             cel(
                 "self.operator != 'Exists' || !has(self.value) || self.value == ''",
                 f"value {EXISTS_HAS_NO_VALUE}",
@@ -91,7 +114,8 @@ class Toleration(ApiModel):
     }
 
     key: QualifiedName | None = None  # type: ignore[valid-type]
-    """The taint key (a qualified name); empty with operator Exists tolerates every taint."""
+    """The taint key (a qualified name). Required, and never HyperPod's node-health-status taint: a toleration of
+    every taint, or of that one, would let pods onto nodes HyperPod is checking, rebooting or replacing."""
     operator: Literal["Exists", "Equal"] = "Equal"
     value: LabelValue | None = None  # type: ignore[valid-type]
     """The taint value for operator Equal (a label value)."""
@@ -100,11 +124,20 @@ class Toleration(ApiModel):
     toleration_seconds: int | None = Field(default=None, ge=0, le=31_536_000)
     """With effect NoExecute: how long the pod stays bound after the taint appears."""
 
+    @field_validator("key")
+    @classmethod
+    def _not_the_health_taint(cls, key: str | None) -> str | None:
+        if key == c.HYPERPOD_TAINT_KEY:
+            raise ValueError(f"{key!r} {NO_HEALTH_TAINT}")
+        return key
+
     @field_validator("operator")
     @classmethod
     def _key_or_exists(cls, operator: str, info: ValidationInfo) -> str:
         if operator != "Exists" and not info.data.get("key") and "key" in info.data:
             raise ValueError(KEY_NEEDS_EQUAL)
+        if operator == "Exists" and not info.data.get("key") and "key" in info.data:
+            raise ValueError(NO_MATCH_ALL)
         return operator
 
     @field_validator("value")
@@ -142,9 +175,19 @@ class PodTemplateOverrides(ApiModel):
     scheduler_name: str | None = Field(default=None, max_length=63)
     spec_patch: dict[str, Any] | None = Field(default=None, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
     """JSON merge patch (RFC 7386) applied last to each pod spec, for what the fields above do not cover.
-    Not validated by the operator: you own what you put here. Clusters may refuse a ServiceAccount, host
+    Not validated by the operator, except that its tolerations may not tolerate HyperPod's node-health-status
+    taint (the job is then InvalidSpec): you own what you put here. Clusters may refuse a ServiceAccount, host
     namespaces, hostPath volumes, privileged containers and added capabilities here (the
     mmrl-restrict-spec-patch admission policy)."""
+
+    @field_validator("spec_patch")
+    @classmethod
+    def _no_health_taint_toleration(cls, patch: dict[str, Any] | None) -> dict[str, Any] | None:
+        tolerations = (patch or {}).get("tolerations")
+        for i, toleration in enumerate(tolerations if isinstance(tolerations, list) else []):
+            if isinstance(toleration, dict) and tolerates_health_taint(toleration):
+                raise ValueError(f"tolerations[{i}] {NO_HEALTH_TAINT} (a toleration of every taint counts too)")
+        return patch
 
 
 class ClusterSpec(ApiModel):

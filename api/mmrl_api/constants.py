@@ -64,6 +64,10 @@ HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
 HYPERPOD_DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
 HYPERPOD_FAULT_TYPES_LABEL = "sagemaker.amazonaws.com/fault-types"
 HYPERPOD_FAULT_REASONS_LABEL = "sagemaker.amazonaws.com/fault-reasons"
+# HyperPod's health-monitoring-agent page names the plural keys above; its node-labels page calls them
+# "fault-type" and "fault-reason" without spelling the key. Both are read, plural first (docs/hyperpod.md).
+HYPERPOD_FAULT_TYPE_KEYS = (HYPERPOD_FAULT_TYPES_LABEL, "sagemaker.amazonaws.com/fault-type")
+HYPERPOD_FAULT_REASON_KEYS = (HYPERPOD_FAULT_REASONS_LABEL, "sagemaker.amazonaws.com/fault-reason")
 HYPERPOD_FAULT_DETAILS_ANNOTATION = "sagemaker.amazonaws.com/fault-details"
 HYPERPOD_CLUSTER_LABEL = "sagemaker.amazonaws.com/cluster-name"
 HYPERPOD_INSTANCE_GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
@@ -74,6 +78,9 @@ HEALTH_SCHEDULABLE = "Schedulable"
 HEALTH_UNSCHEDULABLE = "Unschedulable"
 HEALTH_PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
 HEALTH_PENDING_REBOOT = "UnschedulablePendingReboot"
+DEEP_HEALTH_IN_PROGRESS = "InProgress"
+DEEP_HEALTH_PASSED = "Passed"
+DEEP_HEALTH_FAILED = "Failed"
 HEALTH_STATUSES = (
     HEALTH_SCHEDULABLE,
     HEALTH_UNSCHEDULABLE,

@@ -32,6 +32,22 @@ class NodeHealth(StrEnum):
     PENDING_REPLACEMENT = c.HEALTH_PENDING_REPLACEMENT
 
 
+class DeepHealth(StrEnum):
+    """Values of the ``sagemaker.amazonaws.com/deep-health-check-status`` label."""
+
+    IN_PROGRESS = c.DEEP_HEALTH_IN_PROGRESS
+    PASSED = c.DEEP_HEALTH_PASSED
+    FAILED = c.DEEP_HEALTH_FAILED
+
+
+# What HyperPod records about one instance's health; a replacement instance starts without any of it.
+HEALTH_HISTORY_LABELS = (
+    NODE_HEALTH_STATUS,
+    DEEP_HEALTH_CHECK_STATUS,
+    *c.HYPERPOD_FAULT_TYPE_KEYS,
+    *c.HYPERPOD_FAULT_REASON_KEYS,
+)
+
 # HyperPod taints a node whose health status is not Schedulable.
 UNHEALTHY_TAINT = {"key": NODE_HEALTH_STATUS, "value": "Unschedulable", "effect": "NoSchedule"}
 

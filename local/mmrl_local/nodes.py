@@ -6,6 +6,7 @@ new name in the same instance group. Every helper takes a ``kubernetes.client.Co
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import time
 
@@ -67,8 +68,10 @@ def create_gpu_nodes(
     instance_group: str = "gpu-workers",
     cluster: str = DEFAULT_CLUSTER,
     wait: bool = True,
+    labels: dict[str, str] | None = None,
 ) -> list[str]:
-    """Join ``count`` ml.p5.48xlarge nodes (8 GPUs, 32 EFA) to ``instance_group``; returns their names."""
+    """Join ``count`` ml.p5.48xlarge nodes (8 GPUs, 32 EFA) to ``instance_group``, with extra ``labels`` (e.g. a
+    deep-health-check-status); returns their names."""
     names = [new_node_name() for _ in range(count)]
     for name in names:
         api.create_node(
@@ -78,6 +81,7 @@ def create_gpu_nodes(
                 instance_type=GPU_INSTANCE_TYPE,
                 capacity=GPU_CAPACITY,
                 cluster=cluster,
+                labels=labels,
             )
         )
     if wait:
@@ -130,6 +134,43 @@ def set_health(api: client.CoreV1Api, name: str, status: hp.NodeHealth | str) ->
     )
 
 
+def start_deep_health_check(api: client.CoreV1Api, name: str) -> None:
+    """HyperPod running a deep health check on the node: deep-health-check-status=InProgress, and the node
+    Unschedulable with the NoSchedule taint until the check ends."""
+    api.patch_node(name, {"metadata": {"labels": {hp.DEEP_HEALTH_CHECK_STATUS: hp.DeepHealth.IN_PROGRESS.value}}})
+    set_health(api, name, hp.NodeHealth.UNSCHEDULABLE)
+
+
+def finish_deep_health_check(api: client.CoreV1Api, name: str, *, passed: bool = True) -> None:
+    """The check's end: Passed and Schedulable (taint removed), or Failed and pending replacement."""
+    result = hp.DeepHealth.PASSED if passed else hp.DeepHealth.FAILED
+    api.patch_node(name, {"metadata": {"labels": {hp.DEEP_HEALTH_CHECK_STATUS: result.value}}})
+    set_health(api, name, hp.NodeHealth.SCHEDULABLE if passed else hp.NodeHealth.PENDING_REPLACEMENT)
+
+
+def report_fault(
+    api: client.CoreV1Api,
+    name: str,
+    fault_type: str,
+    reason: str,
+    *,
+    health: hp.NodeHealth | None = None,
+    message: str = "",
+) -> None:
+    """What HyperPod's health-monitoring agent writes on a node where it found a fault: the fault-types and
+    fault-reasons labels and the fault-details annotation (JSON); with ``health``, also that health status (and
+    the taint that goes with it)."""
+    details = [{"type": fault_type, "reason": reason, "message": message or reason, "timestamp": _now()}]
+    labels = {hp.FAULT_TYPES: fault_type, hp.FAULT_REASONS: reason}
+    api.patch_node(name, {"metadata": {"labels": labels, "annotations": {hp.FAULT_DETAILS: json.dumps(details)}}})
+    if health is not None:
+        set_health(api, name, health)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def set_not_ready(api: client.CoreV1Api, name: str, reason: str = "KubeletNotReady", *, wait: bool = True) -> None:
     """Make the node's (fake) kubelet report Ready=False (kwok stage node-not-ready)."""
     api.patch_node(name, {"metadata": {"annotations": {hp.NOT_READY_ANNOTATION: reason}}})
@@ -177,7 +218,9 @@ def replace_node(api: client.CoreV1Api, name: str, *, wait: bool = True) -> str:
     set_not_ready(api, name, reason="NodeReplacement", wait=wait)
     delete_node(api, name)
     new_name = new_node_name()
-    carried = {k: v for k, v in labels.items() if k not in {"kubernetes.io/hostname", hp.NODE_HEALTH_STATUS}}
+    # A new instance: it has no health history of the old one's (health status, deep health check, faults).
+    fresh = {"kubernetes.io/hostname", *hp.HEALTH_HISTORY_LABELS}
+    carried = {k: v for k, v in labels.items() if k not in fresh}
     api.create_node(
         node_body(
             new_name,

@@ -14,6 +14,7 @@ from mmrl_operator.decision import Decision, Delete, parse_ts, ts
 from mmrl_operator.faults import infra_signal, previous_attempt_lingers, ray_pods_not_in_place
 from mmrl_operator.names import rayjob_name
 from mmrl_operator.observed import pod_set_digest, queued_by_kueue, rayjob_outcome
+from mmrl_operator.shape import dig
 
 
 def budget_of(failure: str) -> str | None:
@@ -81,6 +82,9 @@ def track_running(d: Decision, cur: Attempt) -> None:
         if cur.node is None:
             cur.node = v.node
     record_trainer_report(d, cur)
+    if (lost := cluster_lost(d)) is not None:
+        stop_for_lost_cluster(d, cur, lost)
+        return
     rayjob = d.obs.rayjobs.get(cur.index)
     if rayjob is None:
         end_attempt(d, cur, "infra", None, f"RayJob {cur.ray_job} disappeared")
@@ -113,6 +117,29 @@ def track_running(d: Decision, cur: Attempt) -> None:
         d.set_phase("Running", f"attempt {cur.index} is waiting: {d.pod_problem[1]}", d.pod_problem[0])
     else:
         d.set_phase("Running", f"attempt {cur.index} is being submitted")
+
+
+def cluster_lost(d: Decision) -> str | None:
+    """Why the attempt's RayCluster is gone, or None. HyperPod's own recovery never deletes a RayCluster (it
+    reboots or replaces nodes and KubeRay recreates pods); Kueue does when task governance preempts or evicts the
+    workload, and so may a person. `ensure_children` recreates it in this same pass."""
+    if d.obs.raycluster is None:
+        return "the RayCluster was deleted"
+    if dig(d.obs.raycluster, "metadata", "deletionTimestamp"):
+        return "the RayCluster is being deleted"
+    return None
+
+
+def stop_for_lost_cluster(d: Decision, cur: Attempt, why: str) -> None:
+    """The attempt's Ray job died with its cluster: stop its RayJob and resume on the recreated cluster from the
+    latest complete checkpoint. Never the application's budget. Under Kueue it is a preemption (no budget, as
+    when Kueue suspends the cluster): task governance deletes clusters to preempt or to requeue one whose node
+    outlasted its recovery timeout, and Kueue's own requeue backoff paces it. Without Kueue nothing in the
+    platform deletes a cluster to schedule work, so it is charged to the infrastructure budget, which bounds a
+    controller that keeps deleting it."""
+    d.delete_rayjob(cur.index)
+    kind = "preemption" if d.spec.cluster.kueue is not None else "infra"
+    end_attempt(d, cur, kind, None, f"{why} under the running attempt; it is recreated", result="Stopped")
 
 
 def silent_too_long(d: Decision, cur: Attempt) -> str | None:

@@ -2,8 +2,9 @@
 
 The verdict answers two questions for a training job whose pods run on the node: is something wrong (report it,
 condition `NodeFaults`), and must the running attempt stop now (the node is going away or its pods are already
-lost) rather than wait for NCCL collectives to time out. A deep health check in progress or a fault label alone
-degrades but does not stop: HyperPod escalates to PendingReboot/PendingReplacement when the node really has to go.
+lost) rather than wait for NCCL collectives to time out. A fault label or a cordon alone degrades but does not stop:
+HyperPod escalates to PendingReboot/PendingReplacement when the node really has to go. A deep health check in
+progress is no fault at all (HyperPod is vetting the node), and nothing here tolerates or overrides HyperPod's taint.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class NodeVerdict:
     severity: Severity
     reason: str
     """CamelCase, machine readable: Healthy, NodeDeleted, NotReady, PendingReplacement, PendingReboot,
-    DeepHealthCheckFailed, HealthCheckInProgress, FaultReported, Unschedulable."""
+    DeepHealthCheckFailed, FaultReported, Unschedulable, Cordoned, HealthCheckInProgress (healthy)."""
     message: str
 
     @property
@@ -46,38 +47,55 @@ def _has_hyperpod_taint(node: dict[str, Any]) -> bool:
     return any(t.get("key") == c.HYPERPOD_TAINT_KEY and t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
 
 
+def _first(labels: dict[str, Any], keys: tuple[str, ...]) -> str:
+    return next((str(labels[k]) for k in keys if labels.get(k)), "")
+
+
+def hyperpod_fault(labels: dict[str, Any]) -> str:
+    """HyperPod's own words for a node's fault, from its fault-type and fault-reason labels (either spelling, see
+    `constants`), e.g. "fault-types=GpuXid, fault-reasons=Xid79"; empty when the node carries neither."""
+    found = (
+        ("fault-types", _first(labels, c.HYPERPOD_FAULT_TYPE_KEYS)),
+        ("fault-reasons", _first(labels, c.HYPERPOD_FAULT_REASON_KEYS)),
+    )
+    return ", ".join(f"{key}={value}" for key, value in found if value)
+
+
 def node_verdict(name: str, node: dict[str, Any] | None, *, hyperpod: bool = True) -> NodeVerdict:
     """Judge one node. `node is None` means it no longer exists (deleted or replaced)."""
     if node is None:
         return NodeVerdict(name, "stop", "NodeDeleted", f"node {name} was deleted; its pods are lost")
     labels = (node.get("metadata") or {}).get("labels") or {}
+    fault = hyperpod_fault(labels) if hyperpod else ""
+
+    def verdict(severity: Severity, reason: str, message: str) -> NodeVerdict:
+        # Every verdict on a node HyperPod labelled with a fault says which, so the NodeFault event and the
+        # attempt's message carry HyperPod's classification, not only ours.
+        return NodeVerdict(name, severity, reason, f"{message} (HyperPod {fault})" if fault else message)
+
     if _ready_condition(node) in ("False", "Unknown"):
-        return NodeVerdict(name, "stop", "NotReady", f"node {name} is NotReady")
+        return verdict("stop", "NotReady", f"node {name} is NotReady")
+    # Set while HyperPod's deep health check runs; it also sets Unschedulable and taints the node (see
+    # docs/hyperpod.md). The check is HyperPod vetting the node, not a fault: pods already there keep training,
+    # and a failed check shows as deep-health-check-status=Failed or a Pending* health status.
+    checking = hyperpod and labels.get(c.HYPERPOD_DEEP_HEALTH_LABEL) == c.DEEP_HEALTH_IN_PROGRESS
     if hyperpod:
         health = labels.get(c.HYPERPOD_HEALTH_LABEL)
         if health == c.HEALTH_PENDING_REPLACEMENT:
-            return NodeVerdict(name, "stop", "PendingReplacement", f"HyperPod is replacing node {name}")
+            return verdict("stop", "PendingReplacement", f"HyperPod is replacing node {name}")
         if health == c.HEALTH_PENDING_REBOOT:
-            return NodeVerdict(name, "stop", "PendingReboot", f"HyperPod is rebooting node {name}")
-        if labels.get(c.HYPERPOD_DEEP_HEALTH_LABEL) == "Failed":
-            return NodeVerdict(
-                name, "stop", "DeepHealthCheckFailed", f"node {name} failed HyperPod's deep health check"
-            )
-        faults = labels.get(c.HYPERPOD_FAULT_TYPES_LABEL)
-        if health == c.HEALTH_UNSCHEDULABLE or _has_hyperpod_taint(node):
-            why = (
-                "a deep health check is running"
-                if labels.get(c.HYPERPOD_DEEP_HEALTH_LABEL) == "InProgress"
-                else ("HyperPod marked it Unschedulable")
-            )
-            reason = "HealthCheckInProgress" if "deep health" in why else "Unschedulable"
-            return NodeVerdict(name, "degraded", reason, f"node {name}: {why}")
-        if faults:
-            why = labels.get(c.HYPERPOD_FAULT_REASONS_LABEL) or faults
-            return NodeVerdict(name, "degraded", "FaultReported", f"HyperPod reported a fault on node {name}: {why}")
+            return verdict("stop", "PendingReboot", f"HyperPod is rebooting node {name}")
+        if labels.get(c.HYPERPOD_DEEP_HEALTH_LABEL) == c.DEEP_HEALTH_FAILED:
+            return verdict("stop", "DeepHealthCheckFailed", f"node {name} failed HyperPod's deep health check")
+        if fault:
+            return verdict("degraded", "FaultReported", f"HyperPod reported a fault on node {name}")
+        if (health == c.HEALTH_UNSCHEDULABLE or _has_hyperpod_taint(node)) and not checking:
+            return verdict("degraded", "Unschedulable", f"node {name}: HyperPod marked it Unschedulable")
     if (node.get("spec") or {}).get("unschedulable"):
-        return NodeVerdict(name, "degraded", "Cordoned", f"node {name} is cordoned")
-    return NodeVerdict(name, "healthy", "Healthy", f"node {name} is healthy")
+        return verdict("degraded", "Cordoned", f"node {name} is cordoned")
+    if checking:
+        return verdict("healthy", "HealthCheckInProgress", f"node {name}: HyperPod is running a deep health check")
+    return verdict("healthy", "Healthy", f"node {name} is healthy")
 
 
 def health_signature(node: dict[str, Any] | None) -> tuple[Any, ...]:
@@ -89,8 +107,8 @@ def health_signature(node: dict[str, Any] | None) -> tuple[Any, ...]:
     keys = (
         c.HYPERPOD_HEALTH_LABEL,
         c.HYPERPOD_DEEP_HEALTH_LABEL,
-        c.HYPERPOD_FAULT_TYPES_LABEL,
-        c.HYPERPOD_FAULT_REASONS_LABEL,
+        *c.HYPERPOD_FAULT_TYPE_KEYS,
+        *c.HYPERPOD_FAULT_REASON_KEYS,
     )
     return (
         _ready_condition(node),

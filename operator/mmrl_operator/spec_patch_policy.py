@@ -2,7 +2,8 @@
 
 `specPatch` is a JSON merge patch onto every Ray pod spec, so whoever may create a MultimodalRLJob could otherwise
 have the operator create pods that run as any ServiceAccount of the namespace, join the node's network, PID or IPC
-namespace, mount a host path, or run privileged or with added capabilities. This ValidatingAdmissionPolicy refuses
+namespace, mount a host path, run privileged or with added capabilities, or tolerate HyperPod's node-health-status
+taint (pods on nodes HyperPod is checking, rebooting or replacing). This ValidatingAdmissionPolicy refuses
 a job whose specPatch sets any of those, with a message naming the field. The specPatch fields are found in the
 job model, so a new one is covered the day it is added. It is opt-in (the chart's `specPatchPolicy.enabled`):
 a platform that already trusts its job authors with pods, or enforces the Pod Security Standards on the Ray pods,
@@ -82,6 +83,15 @@ def _rules(patch: str, field: str) -> list[tuple[str, str, str]]:
             f"{patch}.?volumes.orValue([]).all(v, !has(v.hostPath))",
             "volumes[].hostPath",
             "a specPatch may not mount a path of the node",
+        )
+    )
+    key = "t.?key.orValue('')"
+    out.append(
+        (
+            f"{patch}.?tolerations.orValue([]).all(t, {key} != '{c.HYPERPOD_TAINT_KEY}' "
+            f"&& ({key} != '' || t.?operator.orValue('Equal') != 'Exists'))",
+            "tolerations[]",
+            "a specPatch may not tolerate HyperPod's node-health-status taint, by its key or as every taint",
         )
     )
     for kind in CONTAINER_LISTS:

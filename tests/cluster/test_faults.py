@@ -12,6 +12,7 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_local import hyperpod as hp
+from mmrl_local.nodes import report_fault
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 
@@ -146,7 +147,7 @@ def test_worker_pod_evicted_is_an_infra_failure(jobs, operator, kuberay, hyperpo
     assert_recovered_once_from_infra(jobs)
 
 
-@pytest.mark.parametrize("signal", ["taint", "deep-health-check"])
+@pytest.mark.parametrize("signal", ["taint", "fault-labels"])
 def test_degrading_signals_report_but_do_not_stop_training(jobs, operator, kuberay, hyperpod_nodes, core, signal):
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(1)
@@ -157,22 +158,17 @@ def test_degrading_signals_report_but_do_not_stop_training(jobs, operator, kuber
     node = worker.spec.node_name
     if signal == "taint":
         core.patch_node(node, {"spec": {"taints": [dict(hp.UNHEALTHY_TAINT)]}})
-    else:
-        core.patch_node(
-            node,
-            {
-                "metadata": {
-                    "labels": {hp.NODE_HEALTH_STATUS: "Unschedulable", hp.DEEP_HEALTH_CHECK_STATUS: "InProgress"}
-                }
-            },
-        )
+    else:  # a deep health check in progress is no fault at all: tests/cluster/test_hyperpod_recovery.py
+        report_fault(core, node, "GpuXid", "Xid79")
     wait_until(lambda: jobs.condition("geo", "NodeFaults") == "True", 30, what="NodeFaults")
     assert node in jobs.status("geo")["degradedNodes"] and "NodeFault" in jobs.events("geo")
     assert jobs.status("geo")["phase"] == "Running" and jobs.ray_names("rayjobs") == ["geo-a1"]
     core.patch_node(
         node,
         {
-            "metadata": {"labels": {hp.NODE_HEALTH_STATUS: "Schedulable", hp.DEEP_HEALTH_CHECK_STATUS: "Passed"}},
+            "metadata": {
+                "labels": {hp.NODE_HEALTH_STATUS: "Schedulable", hp.FAULT_TYPES: None, hp.FAULT_REASONS: None}
+            },
             "spec": {"taints": None},
         },
     )

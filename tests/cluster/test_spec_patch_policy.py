@@ -30,6 +30,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"hostPID": True}, "hostPID"),
     ({"hostIPC": True}, "hostIPC"),
     ({"volumes": [{"name": "a", "emptyDir": {}}, {"name": "root", "hostPath": {"path": "/"}}]}, "volumes[].hostPath"),
+    ({"tolerations": [{"key": "gpu", "operator": "Exists"}, {"key": c.HYPERPOD_TAINT_KEY}]}, "tolerations[]"),
+    ({"tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]}, "tolerations[]"),
     *[
         (
             {kind: [{"name": "x", "image": "busybox", "securityContext": {"privileged": True}}]},
@@ -50,6 +52,7 @@ CLEAN: dict[str, Any] = {
     "automountServiceAccountToken": True,
     "hostNetwork": False,
     "volumes": [{"name": "scratch", "emptyDir": {}}],
+    "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
     "containers": [
         {"name": "ray", "image": "busybox", "securityContext": {"privileged": False, "capabilities": {"drop": ["ALL"]}}}
     ],

@@ -74,8 +74,10 @@ class HyperPodNodes:
         self.core = core
         self.names: list[str] = []
 
-    def gpu(self, count: int = 1, instance_group: str = "gpu-workers") -> list[str]:
-        names = nodes.create_gpu_nodes(self.core, count, instance_group=instance_group)
+    def gpu(
+        self, count: int = 1, instance_group: str = "gpu-workers", labels: dict[str, str] | None = None
+    ) -> list[str]:
+        names = nodes.create_gpu_nodes(self.core, count, instance_group=instance_group, labels=labels)
         self.names += names
         return names
 

@@ -3,8 +3,9 @@
 Every pod template carries the job label (so the operator can find pods by job and node), the Kueue labels (HyperPod
 task governance admits on the pods as well as the cluster), the checkpoint volume, and — in HyperPod mode — a
 required node affinity that excludes nodes HyperPod marked unhealthy, so KubeRay's replacement pods land on good
-nodes. NotIn (rather than In Schedulable) also admits nodes without the label, e.g. a plain EKS CPU node group
-for the head.
+nodes, and a preference for nodes whose deep health check Passed. NotIn (rather than In Schedulable) also admits
+nodes without the label, e.g. a plain EKS CPU node group for the head. Nothing the operator builds tolerates
+HyperPod's node-health-status taint (see `tolerations`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ def affinity(job: MultimodalRLJob) -> dict[str, Any] | None:
     if not job.spec.cluster.hyperpod:
         return None
     term = {"matchExpressions": [{"key": c.HYPERPOD_HEALTH_LABEL, "operator": "NotIn", "values": UNHEALTHY}]}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    # Among healthy nodes, those whose deep health check Passed (GPU, NVLink, EFA and NCCL tested) come first;
+    # only a preference, since nodes of instance groups created without deep health checks carry no such label.
+    vetted = {
+        "matchExpressions": [{"key": c.HYPERPOD_DEEP_HEALTH_LABEL, "operator": "In", "values": [c.DEEP_HEALTH_PASSED]}]
+    }
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": vetted}],
+        }
+    }
 
 
 def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:

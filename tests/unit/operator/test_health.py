@@ -23,18 +23,37 @@ def test_health_label_values(health: str, severity: str, reason: str) -> None:
     assert (v.severity, v.reason) == (severity, reason)
 
 
-def test_deep_health_check_in_progress_degrades_and_failed_stops() -> None:
-    running = node_verdict("n", node("n", "Unschedulable", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "InProgress"}))
-    assert (running.severity, running.reason) == ("degraded", "HealthCheckInProgress")
+def test_deep_health_check_in_progress_is_no_fault_even_with_its_unschedulable_label_and_taint() -> None:
+    checking = node("n", "Unschedulable", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "InProgress"})
+    checking["spec"] = {"taints": [{"key": c.HYPERPOD_TAINT_KEY, "value": "Unschedulable", "effect": "NoSchedule"}]}
+    running = node_verdict("n", checking)
+    assert (running.severity, running.reason, running.fault) == ("healthy", "HealthCheckInProgress", False)
+    passed = node_verdict("n", node("n", "Schedulable", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "Passed"}))
+    assert (passed.severity, passed.reason) == ("healthy", "Healthy")
     failed = node_verdict("n", node("n", "Schedulable", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "Failed"}))
     assert failed.stop
 
 
-def test_fault_labels_degrade() -> None:
-    v = node_verdict(
-        "n", node("n", **{c.HYPERPOD_FAULT_TYPES_LABEL: "GpuXid", c.HYPERPOD_FAULT_REASONS_LABEL: "Xid79"})
-    )
-    assert v.severity == "degraded" and "Xid79" in v.message
+def test_a_check_in_progress_does_not_hide_a_replacement_or_a_reported_fault() -> None:
+    checking = {c.HYPERPOD_DEEP_HEALTH_LABEL: "InProgress"}
+    assert node_verdict("n", node("n", "UnschedulablePendingReplacement", **checking)).stop
+    faulty = node_verdict("n", node("n", "Unschedulable", **checking, **{c.HYPERPOD_FAULT_TYPES_LABEL: "GpuXid"}))
+    assert faulty.reason == "FaultReported"
+
+
+def test_fault_labels_degrade_and_every_verdict_quotes_them() -> None:
+    labels = {c.HYPERPOD_FAULT_TYPES_LABEL: "GpuXid", c.HYPERPOD_FAULT_REASONS_LABEL: "Xid79"}
+    v = node_verdict("n", node("n", **labels))
+    assert v.severity == "degraded" and v.message.endswith("(HyperPod fault-types=GpuXid, fault-reasons=Xid79)")
+    stop = node_verdict("n", node("n", "UnschedulablePendingReboot", **labels))
+    assert stop.reason == "PendingReboot" and "fault-reasons=Xid79" in stop.message
+
+
+def test_the_singular_fault_label_keys_of_the_node_labels_page_are_read_too() -> None:
+    (type_key, singular_type), (_, singular_reason) = c.HYPERPOD_FAULT_TYPE_KEYS, c.HYPERPOD_FAULT_REASON_KEYS
+    assert type_key == c.HYPERPOD_FAULT_TYPES_LABEL
+    v = node_verdict("n", node("n", **{singular_type: "NvidiaGpu", singular_reason: "XidError"}))
+    assert v.reason == "FaultReported" and "fault-types=NvidiaGpu, fault-reasons=XidError" in v.message
 
 
 def test_taint_alone_degrades() -> None:
@@ -62,6 +81,8 @@ def test_signature_ignores_heartbeats_and_tracks_every_input_of_the_verdict() ->
         node("n", "UnschedulablePendingReboot"),
         node("n", ready=False),
         node("n", **{c.HYPERPOD_FAULT_TYPES_LABEL: "GpuXid"}),
+        node("n", **{c.HYPERPOD_FAULT_REASON_KEYS[1]: "Xid79"}),
+        node("n", **{c.HYPERPOD_DEEP_HEALTH_LABEL: "InProgress"}),
         None,
     ):
         assert health_signature(changed) != health_signature(a)

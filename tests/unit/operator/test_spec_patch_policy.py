@@ -31,6 +31,7 @@ def test_every_rule_names_its_field_under_the_spec_patch() -> None:
     under = "spec.cluster.podTemplate.specPatch."
     assert all(f.startswith(under) for f in fields)
     expected = {"serviceAccountName", "serviceAccount", "hostNetwork", "hostPID", "hostIPC", "volumes[].hostPath"}
+    expected.add("tolerations[]")  # of HyperPod's node-health-status taint
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         expected |= {f"{kind}[].securityContext.privileged", f"{kind}[].securityContext.capabilities.add"}
     assert {f.removeprefix(under) for f in fields} == expected

@@ -1,0 +1,159 @@
+"""HyperPod's recovery model on the real control plane. HyperPod's own Ray support reboots or replaces nodes and
+never resubmits a Ray job; Kueue (task governance) may evict or delete a whole RayCluster. Here: a RayCluster
+deleted or evicted under a running attempt is recreated (or readmitted) and the job resumes from its latest
+complete checkpoint without spending the application budget; a deep health check in progress is no fault, while
+HyperPod's fault labels reach the NodeFault event; and Ray pods prefer nodes whose deep health check Passed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+
+from mmrl_api import constants as c
+from mmrl_api.trainer_config import TrainerConfig
+from mmrl_local import hyperpod as hp
+from mmrl_local import nodes
+from mmrl_operator.names import config_map_name
+from tests.cluster.test_faults import ray_pod, start_training
+from tests.cluster.test_kueue import kueue_sets_suspend
+from tests.support.jobspecs import cluster_job
+from tests.support.operator import Jobs, phases_until_done, wait_until
+
+pytestmark = pytest.mark.cluster
+
+CHECKPOINT = {"step": 10, "path": "s3://mmrl-test/ckpt/global_step_10"}
+
+
+@pytest.fixture
+def kuberay(kuberay_strict):
+    """KubeRay's deletion and termination timing; fails the test if two attempts ever overlap."""
+    return kuberay_strict
+
+
+def events(jobs: Jobs, name: str, reason: str) -> list[str]:
+    """Messages of the job's events with this reason, oldest first."""
+    items = jobs.core.list_namespaced_event(jobs.ns, field_selector=f"involvedObject.name={name}").items
+    ordered = sorted(items, key=lambda e: int(e.metadata.resource_version))
+    return [e.message for e in ordered if e.reason == reason]
+
+
+def cluster_uid(jobs: Jobs) -> str | None:
+    clusters = jobs.ray("rayclusters")
+    return clusters[0]["metadata"]["uid"] if clusters else None
+
+
+def delete_raycluster(custom: client.CustomObjectsApi, ns: str, name: str) -> None:
+    """What Kueue does to preempt a workload on HyperPod task governance, or a person with kubectl."""
+    custom.delete_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, ns, "rayclusters", name)
+
+
+def assert_resumes_from_the_checkpoint(jobs: Jobs, name: str, attempts: list[int]) -> None:
+    """Each later attempt said it resumes from the latest complete checkpoint, and the config every attempt
+    reads still says to resume from the newest one in the job's own directory."""
+    started = events(jobs, name, "AttemptStarted")
+    for n in attempts:
+        (line,) = [m for m in started if m.startswith(f"attempt {n} started")]
+        assert "resuming from the latest complete checkpoint (step 10 or newer)" in line
+    data = jobs.core.read_namespaced_config_map(config_map_name(name), jobs.ns).data
+    config = TrainerConfig.model_validate(json.loads(data["trainer.json"]))
+    assert config.resume == "latest" and config.checkpoint.dir == jobs.status(name)["jobDir"]
+
+
+def test_a_raycluster_deleted_under_a_running_attempt_is_recreated_and_resumes_on_the_infra_budget(
+    jobs, operator, kuberay, hyperpod_nodes, custom
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    start_training(jobs, kuberay)  # attempt 1 hangs at step 12 with step 10 checkpointed; later attempts succeed
+    before = cluster_uid(jobs)
+    delete_raycluster(custom, jobs.ns, "geo")
+    assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
+    status = jobs.status("geo")
+    first, second = status["attempts"]
+    assert (first["result"], first["failure"]) == ("Stopped", "infra")
+    assert "RayCluster was deleted" in first["message"]
+    assert (second["cause"], second["result"]) == ("infra", "Succeeded")
+    # No application budget: without Kueue nothing in the platform deletes a cluster to schedule work, so the
+    # loss is the infrastructure's (docs/hyperpod.md).
+    assert status["restarts"] == {"infra": 1}
+    assert cluster_uid(jobs) not in (None, before) and jobs.ray_names("rayclusters") == ["geo"]
+    assert_resumes_from_the_checkpoint(jobs, "geo", [2])
+
+
+def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spending_any_budget(
+    jobs, operator, kuberay, hyperpod_nodes, custom
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a*", "hang,fail-on-node-loss")
+    kuberay.script("geo-a3", "succeed-after=1")
+    jobs.create(cluster_job("geo", {"spec": {"cluster": {"kueue": {"queueName": "hyperpod-ns-team-localqueue"}}}}))
+    wait_until(lambda: jobs.ray_names("rayclusters") == ["geo"], 30, what="the RayCluster")
+    kueue_sets_suspend(custom, jobs.ns, "geo", False)  # admitted
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    jobs.patch_status("geo", {"progress": {"step": 12, "lastCheckpoint": CHECKPOINT}})
+
+    # Kueue evicts a workload (a node replacement outlasted its recovery timeout, or a preemption) by
+    # suspending the RayCluster; KubeRay then deletes its pods. It readmits it later.
+    kueue_sets_suspend(custom, jobs.ns, "geo", True)
+    wait_until(lambda: jobs.status("geo")["attempts"][0]["result"] == "Stopped", 30, what="attempt 1 stopped")
+    assert jobs.status("geo")["phase"] == "Queued"
+    kueue_sets_suspend(custom, jobs.ns, "geo", False)
+    wait_until(
+        lambda: jobs.status("geo").get("attempt") == 2 and jobs.condition("geo", "Training") == "True",
+        60,
+        what="attempt 2 training",
+    )
+
+    # HyperPod's task governance preempts by deleting the whole RayCluster, head included.
+    before = cluster_uid(jobs)
+    delete_raycluster(custom, jobs.ns, "geo")
+    assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
+    status = jobs.status("geo")
+    assert [(a["cause"], a["result"], a.get("failure")) for a in status["attempts"]] == [
+        ("initial", "Stopped", "preemption"),
+        ("preemption", "Stopped", "preemption"),
+        ("preemption", "Succeeded", None),
+    ]
+    assert status.get("restarts", {}) == {}
+    assert cluster_uid(jobs) not in (None, before)
+    assert_resumes_from_the_checkpoint(jobs, "geo", [2, 3])
+
+
+def test_a_deep_health_check_in_progress_is_no_fault_and_fault_labels_reach_the_event(
+    jobs, operator, kuberay, hyperpod_nodes, core
+):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a*", "hang")
+    head_on_cpu = {"spec": {"cluster": {"head": {"nodeSelector": {hp.INSTANCE_GROUP_NAME: "controller"}}}}}
+    jobs.create(cluster_job("geo", head_on_cpu))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    checked = ray_pod(core, jobs.ns, "geo", "ray-worker").spec.node_name
+    faulty = ray_pod(core, jobs.ns, "geo", "ray-head").spec.node_name
+    nodes.start_deep_health_check(core, checked)  # InProgress, Unschedulable and tainted: all by design
+    # A fault on the other node, after the check started: once the operator has reported it, it has also judged
+    # the node under the check (one watch of nodes, in order).
+    nodes.report_fault(core, faulty, "GpuXid", "Xid79")
+    wait_until(lambda: jobs.status("geo").get("degradedNodes"), 30, what="a degraded node")
+    status = jobs.status("geo")
+    assert status["degradedNodes"] == [faulty] and jobs.condition("geo", "NodeFaults") == "True"
+    (fault,) = events(jobs, "geo", "NodeFault")
+    assert faulty in fault and "fault-types=GpuXid, fault-reasons=Xid79" in fault and checked not in fault
+    assert status["phase"] == "Running" and jobs.ray_names("rayjobs") == ["geo-a1"]
+
+
+def test_ray_pods_prefer_nodes_whose_deep_health_check_passed(jobs, operator, kuberay, hyperpod_nodes, core):
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(4)  # joined without a deep health check (no label)
+    vetted = set(hyperpod_nodes.gpu(2, labels={hp.DEEP_HEALTH_CHECK_STATUS: hp.DeepHealth.PASSED.value}))
+    (checking,) = hyperpod_nodes.gpu(1)
+    nodes.start_deep_health_check(core, checking)
+    kuberay.script("geo-a*", "hang")
+    jobs.create(cluster_job("geo", workers=2))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    workers = core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
+    # Two of seven GPU nodes: by chance both would land on the vetted ones once in 21 runs.
+    assert {p.spec.node_name for p in workers} == vetted
