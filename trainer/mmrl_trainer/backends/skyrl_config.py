@@ -17,12 +17,14 @@ from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer.data import SKYRL_ENV_CLASS
 
 
-def skyrl_overrides(cfg: TrainerConfig, *, train_files: list[str], val_files: list[str]) -> dict[str, Any]:
+def skyrl_overrides(
+    cfg: TrainerConfig, *, train_files: list[str], val_files: list[str], model_path: str | None = None
+) -> dict[str, Any]:
     """The dotted SkyRL settings for one attempt of this job (keys as documented by SkyRL's config), with Python
-    values: lists are lists and strings are taken literally."""
+    values: lists are lists and strings are taken literally. `model_path` is the staged model (staging.py)."""
     algo, lora, place = cfg.algorithm, cfg.lora, cfg.placement
     gpus = place.num_nodes * max(1, place.gpus_per_node)
-    model = cfg.model.name.removeprefix("hf://")
+    model = model_path or cfg.model.name.removeprefix("hf://")
     out: dict[str, Any] = {
         "trainer.algorithm.advantage_estimator": "grpo",
         "trainer.algorithm.use_kl_loss": algo.kl_coef > 0,
