@@ -74,6 +74,10 @@ class Progress(StatusModel):
     step: int = 0
     total_steps: int | None = None
     reward_mean: float | None = None
+    truncated_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Fraction of the last step's rollouts that stopped at algorithm.maxResponseLength instead of ending (SkyRL
+    backend). A high value means responses are cut off, often with zero reward: raise maxResponseLength, shorten
+    the task or reduce image size."""
     last_checkpoint: CheckpointRef | None = None
     heartbeat: str | None = TIME
     """RFC 3339 time of the trainer's last training-loop report; the operator's hang detection reads it. Absent
@@ -154,6 +158,8 @@ class JobStatus(StatusModel):
     """Backoff: the next attempt is not started before this time."""
     finished_at: str | None = TIME
     progress: Progress = Field(default_factory=Progress)
+    truncation_warned_attempt: int | None = Field(default=None, ge=1)
+    """The attempt for which the operator raised the RolloutsTruncated Warning (once per attempt)."""
     adapter: AdapterStatus | None = None
     inference: InferenceStatus | None = None
     message: str | None = Field(default=None, max_length=MESSAGE_MAX)

@@ -13,6 +13,8 @@ APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried 
 
 
 MAX_FOREIGN_OBJECTS = 16
+# Above this fraction of rollouts cut off at maxResponseLength, many rewards are zero for length alone.
+TRUNCATION_WARNING_FRACTION = 0.25
 
 
 def blocked_write(d: Decision) -> tuple[str, str] | None:
@@ -32,6 +34,25 @@ def warn_foreign(d: Decision) -> None:
         if name not in seen:
             d.event("Warning", "NotAdopted", f"{name} is not controlled by this job: it is ignored and never adopted")
     d.status.foreign_objects = list(d.foreign[:MAX_FOREIGN_OBJECTS])
+
+
+def warn_truncation(d: Decision) -> None:
+    """One Warning per attempt whose trainer reports more than TRUNCATION_WARNING_FRACTION of a step's rollouts
+    stopped for length (status.progress.truncatedFraction); status.truncationWarnedAttempt remembers it."""
+    progress = d.status.progress
+    fraction, attempt = progress.truncated_fraction, progress.attempt
+    if fraction is None or attempt is None or fraction <= TRUNCATION_WARNING_FRACTION:
+        return
+    if d.status.truncation_warned_attempt == attempt:
+        return
+    d.status.truncation_warned_attempt = attempt
+    d.event(
+        "Warning",
+        "RolloutsTruncated",
+        f"{fraction:.0%} of the rollouts of step {progress.step} (attempt {attempt}) stopped at "
+        f"spec.algorithm.maxResponseLength ({d.spec.algorithm.max_response_length} tokens) and mostly earn no reward: "
+        "raise it, or lower image resolution so prompt and response fit",
+    )
 
 
 def malformed_status(d: Decision) -> str | None:
@@ -55,6 +76,7 @@ def finish(d: Decision) -> Plan:
             d.event("Warning", reason, message)  # once per distinct refusal or conflict
         d.due.append(d.now + timedelta(seconds=APPLY_RETRY_SECONDS))
     warn_foreign(d)
+    warn_truncation(d)
     malformed = malformed_status(d)
     d.status.attempts = d.status.attempts[-MAX_ATTEMPT_HISTORY:]
     d.status.observed_generation = d.gen

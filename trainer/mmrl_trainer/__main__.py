@@ -2,9 +2,10 @@
 entrypoint.
 
 Exit codes are part of the contract with the operator (mmrl_api.contract): 0 the job trained and exported its
-adapter; 2 the command line or the config file is invalid; 3 the data, model or adapter is unusable (fix the spec,
-retrying will not help); 1 anything else (an unexpected failure, possibly transient). On failure the last line
-printed is `mmrl-trainer error: <message>`, which the operator copies into the job's status.
+adapter; 2 the command line or the config file is invalid, or SkyRL rejects the settings made from it; 3 the data,
+model or adapter is unusable (fix the spec, retrying will not help); 1 anything else, including every failure that
+comes back from a Ray task (an unexpected failure, possibly transient); the mapping is `errors.exit_code_for`. On
+failure the last line printed is `mmrl-trainer error: <message>`, which the operator copies into the job's status.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pydantic import ValidationError
 
 from mmrl_api.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, error_line
+from mmrl_trainer.errors import exit_code_for
 
 __all__ = ["EXIT_BAD_CONFIG", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "parse_args"]
 
@@ -56,13 +58,14 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-def report_adapter(cfg, attempt: int, adapter_dir) -> None:  # type: ignore[no-untyped-def]
-    """Tell the operator what it will serve: status.adapter from the exported files (checked again here)."""
+def report_adapter(cfg, attempt: int, adapter_dir, path: str | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Tell the operator what it will serve: status.adapter from the exported files (checked again here), at `path`
+    when the files were uploaded from `adapter_dir` (s3://)."""
     from mmrl_trainer.adapter import check_adapter_dir
     from mmrl_trainer.progress import ProgressReporter
 
     info = check_adapter_dir(adapter_dir, base_model=cfg.model.name)
-    if not ProgressReporter.from_config(cfg, attempt=attempt).adapter(info.status()):
+    if not ProgressReporter.from_config(cfg, attempt=attempt).adapter(info.status(path)):
         log.warning("could not report the adapter; the inference pod's init container checks it on its own")
 
 
@@ -114,15 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from mmrl_trainer.backends import skyrl
 
-            adapter_dir = skyrl.run(cfg, attempt=args.attempt)
-            if adapter_dir is not None:
-                report_adapter(cfg, args.attempt, adapter_dir)
-    except ValueError as err:  # our loaders and the adapter check raise ValueError with a user-facing message
-        log.error("%s", err)
-        return _fail(EXIT_BAD_INPUT, str(err))
+            exported = skyrl.run(cfg, attempt=args.attempt)
+            report_adapter(cfg, args.attempt, exported.local, path=exported.path)
     except Exception as err:
-        log.exception("training failed")
-        return _fail(EXIT_FAILED, f"training failed: {type(err).__name__}: {err}")
+        code = exit_code_for(err)  # typed: InvalidConfig 2, InvalidInput 3, Ray task failures and the rest 1
+        if code == EXIT_FAILED:
+            log.exception("training failed")
+            return _fail(code, f"training failed: {type(err).__name__}: {err}")
+        log.error("%s", err)
+        return _fail(code, str(err))
     return EXIT_OK
 
 

@@ -27,12 +27,13 @@ from typing import Any
 
 from mmrl_api import adapter_rules as rules
 from mmrl_api.contract import EXIT_BAD_INPUT, error_line
+from mmrl_trainer.errors import InvalidInput
 
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 
 
-class AdapterError(ValueError):
+class AdapterError(InvalidInput):
     """The adapter cannot be served by vLLM; the message names each broken rule and its field."""
 
     def __init__(self, where: str, violations: list[rules.Violation]) -> None:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmrl_trainer.errors import InvalidInput
+
 MARKER = "latest_ckpt_global_step.txt"
 MANIFEST = "MANIFEST.json"
 STEP_PREFIX = "global_step_"
@@ -39,7 +41,7 @@ def local_dir(uri: str | Path) -> Path:
     """A checkpoint root as a local path; s3:// is the SkyRL backend's job (fsspec is not in the local image)."""
     text = str(uri)
     if text.startswith("s3://"):
-        raise ValueError(
+        raise InvalidInput(
             f"checkpoint.dir {text!r}: the local backend writes checkpoints to local or mounted paths only; "
             "use a PVC path or backend=skyrl for s3:// checkpoint directories"
         )

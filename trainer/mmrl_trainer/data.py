@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlparse
 from PIL import Image
 
 from mmrl_api.spec import DatasetSpec
+from mmrl_trainer.errors import InvalidInput
 from mmrl_trainer.synthetic import Example, synthetic_examples
 
 SKYRL_ENV_CLASS = "mmrl_reward"
@@ -171,7 +172,7 @@ def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example
                 )
             )
     except (OSError, ValueError) as err:
-        raise ValueError(f"dataset {uri!r}: {err}") from err
+        raise InvalidInput(f"dataset {uri!r}: {err}") from err
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mmrl_api.spec import ModelSpec
 from mmrl_trainer.data import resolve_uri
+from mmrl_trainer.errors import InvalidInput
 
 TINY_MODEL = "mmrl/tiny-qwen3-vl"
 
@@ -22,10 +23,10 @@ def resolve_model(spec: ModelSpec) -> str:
 
         return str(build_tiny_vlm())
     if name.startswith("s3://"):
-        raise ValueError(f"model.name {name!r}: the local backend loads local, pvc:// or hub models, not s3://")
+        raise InvalidInput(f"model.name {name!r}: the local backend loads local, pvc:// or hub models, not s3://")
     if name.startswith("pvc://") or name.startswith("/"):
         path = Path(resolve_uri(name))
         if not (path / "config.json").is_file():
-            raise ValueError(f"model.name {name!r}: {path} has no config.json")
+            raise InvalidInput(f"model.name {name!r}: {path} has no config.json")
         return str(path)
     return name.removeprefix("hf://")

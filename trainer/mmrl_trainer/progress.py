@@ -76,6 +76,7 @@ def started_body(attempt: int, resumed: Checkpoint | None) -> dict[str, Any]:
         "step": resumed.step if resumed else 0,
         "heartbeat": None,
         "rewardMean": None,
+        "truncatedFraction": None,
     }
     if resumed is not None:
         progress["lastCheckpoint"] = checkpoint_ref(resumed)
@@ -89,9 +90,12 @@ def progress_body(
     checkpoint: Checkpoint | None,
     heartbeat: str,
     attempt: int | None = None,
+    truncated_fraction: float | None = None,
 ) -> dict[str, Any]:
     # None values are left out: in a merge patch they would delete what an earlier report set.
     progress: dict[str, Any] = {"step": step, "heartbeat": heartbeat}
+    if truncated_fraction is not None:
+        progress["truncatedFraction"] = round(float(truncated_fraction), 4)
     if attempt is not None:
         progress["attempt"] = attempt
     if total_steps is not None:
@@ -122,6 +126,7 @@ class ProgressReporter:
         self.patch_failures = 0
         self.checkpoint: Checkpoint | None = None
         self.reward_mean: float | None = None
+        self.truncated_fraction: float | None = None
         self.attempt = attempt
 
     @classmethod
@@ -153,6 +158,8 @@ class ProgressReporter:
             self.checkpoint = checkpoint
         if metrics.get("reward") is not None:
             self.reward_mean = float(metrics["reward"])
+        if metrics.get("truncated_fraction") is not None:
+            self.truncated_fraction = float(metrics["truncated_fraction"])
         heartbeat = now_rfc3339()
         self._append({"step": step, "totalSteps": total_steps, "time": heartbeat, "attempt": self.attempt, **metrics})
         if self.patcher is None:
@@ -161,7 +168,10 @@ class ProgressReporter:
         if not force and self.last_patch is not None and now - self.last_patch < self.min_interval:
             return False
         self.last_patch = now
-        return self._send(progress_body(step, total_steps, self.reward_mean, self.checkpoint, heartbeat, self.attempt))
+        body = progress_body(
+            step, total_steps, self.reward_mean, self.checkpoint, heartbeat, self.attempt, self.truncated_fraction
+        )
+        return self._send(body)
 
     def adapter(self, adapter_status: dict[str, Any], tries: int = 3) -> bool:
         """Report the exported adapter (status.adapter); retried, because serving starts from it."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mmrl_api.spec import RewardSpec
+from mmrl_trainer.errors import InvalidInput
 
 RewardFn = Callable[[str, str, Mapping[str, Any]], float]
 
@@ -104,10 +105,10 @@ def load_custom(function: str) -> RewardFn:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"dataset.reward.function: cannot import module {module_name!r}: {err}") from err
+        raise InvalidInput(f"dataset.reward.function: cannot import module {module_name!r}: {err}") from err
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"dataset.reward.function: {module_name!r} has no callable {attr!r}")
+        raise InvalidInput(f"dataset.reward.function: {module_name!r} has no callable {attr!r}")
     return fn
 
 

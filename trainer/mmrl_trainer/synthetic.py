@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, urlparse
 
 from PIL import Image
 
+from mmrl_trainer.errors import InvalidInput
+
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (215, 35, 35),
     "green": (35, 165, 50),
@@ -50,14 +52,14 @@ def parse_synthetic_uri(uri: str, *, default_n: int = 256, default_seed: int = 0
     """`synthetic://colors?n=64&seed=1` → SyntheticSpec; unknown task names are rejected with the known ones."""
     parsed = urlparse(uri)
     if parsed.scheme != "synthetic":
-        raise ValueError(f"{uri!r} is not a synthetic:// URI")
+        raise InvalidInput(f"{uri!r} is not a synthetic:// URI")
     name = parsed.netloc or parsed.path.lstrip("/")
     if name not in TASKS:
-        raise ValueError(f"unknown synthetic task {name!r}; known: {', '.join(sorted(TASKS))}")
+        raise InvalidInput(f"unknown synthetic task {name!r}; known: {', '.join(sorted(TASKS))}")
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     unknown = set(query) - {"n", "seed"}
     if unknown:
-        raise ValueError(f"{uri!r}: unknown parameters {sorted(unknown)}; allowed: n, seed")
+        raise InvalidInput(f"{uri!r}: unknown parameters {sorted(unknown)}; allowed: n, seed")
     return SyntheticSpec(name, int(query.get("n", default_n)), int(query.get("seed", default_seed)))
 
 

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from mmrl_trainer import checkpoint as ckpt
-from mmrl_trainer.backends.skyrl_progress import REWARD_KEY, SkyRLProgress, step_metrics
+from mmrl_trainer.backends.skyrl_progress import (
+    REWARD_KEY,
+    TRUNCATED_KEY,
+    SkyRLProgress,
+    step_metrics,
+    truncated_fraction,
+)
 from mmrl_trainer.progress import ProgressReporter
 from tests.support.skyrl import last_json, run_skyrl
 
@@ -212,7 +218,7 @@ print(json.dumps(patches))
 """
 
 # The real trainer: our BasePPOExp subclass builds SkyRL's RayPPOTrainer (its own total-step count) with the callback.
-_TRAINER = r"""
+_BUILD = r"""
 from skyrl.train.trainer import RayPPOTrainer
 from transformers import AutoTokenizer
 from skyrl.train.dataset import PromptDataset
@@ -229,6 +235,10 @@ exp.cfg = cfg
 trainer = exp.get_trainer(cfg=cfg, tracker=tracker, tokenizer=tokenizer, train_dataset=dataset, eval_dataset=None,
                           inference_engine_client=None, generator=None, colocate_pg=None)
 assert isinstance(trainer, RayPPOTrainer), type(trainer)
+"""
+_TRAINER = (
+    _BUILD
+    + r"""
 trainer._fire("on_train_start")
 for step in (1, 2):
     trainer.global_step = step
@@ -239,6 +249,32 @@ for step in (1, 2):
 trainer._fire("on_train_end")
 print(json.dumps({"total": trainer.total_training_steps, "patches": patches}))
 """
+)
+
+# RayPPOTrainer.generate of the trainer our experiment builds, with a stand-in for SkyRL's generator (which needs
+# vLLM): 3 of 4 rollouts stopped for length. SkyRL's own rollout metrics are computed by its get_rollout_metrics.
+_TRUNCATED = (
+    _BUILD
+    + r"""
+import asyncio
+from skyrl.train.generators.utils import get_rollout_metrics
+from mmrl_trainer.backends.skyrl_progress import TRUNCATED_KEY
+
+class StandInGenerator:
+    async def generate(self, input_batch):
+        responses = [[5, 6, 7], [5, 2], [5, 6, 7], [5, 6, 7]]
+        return {
+            "prompt_token_ids": [[1, 2]] * 4, "response_ids": responses, "rewards": [0.0, 1.0, 0.0, 0.0],
+            "loss_masks": [[1] * len(r) for r in responses], "stop_reasons": ["length", "stop", "length", "length"],
+            "rollout_metrics": get_rollout_metrics(responses, [0.0, 1.0, 0.0, 0.0]), "rollout_logprobs": None,
+        }
+
+trainer.generator = StandInGenerator()
+trainer.all_metrics = {}
+asyncio.run(trainer.generate({"prompts": [[{"role": "user", "content": "q"}]] * 4}))
+print(json.dumps({k: trainer.all_metrics[k] for k in (TRUNCATED_KEY, "generate/avg_num_tokens")}))
+"""
+)
 
 
 def run_in_skyrl(script: str, *args: str, stdin: str = "") -> Any:
@@ -266,7 +302,8 @@ def test_skyrl_callback_api_reports_steps_rewards_and_checkpoints(tmp_path: Path
     assert sent[1]["rewardMean"] == 0.1 and sent[-1]["rewardMean"] == 0.3
 
 
-def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) -> None:
+def trainer_inputs(tmp_path: Path) -> list[str]:
+    """Arguments of _BUILD: the reference job with 13 prompts, batches of 4 and 2 epochs."""
     from mmrl_trainer.backends.skyrl_config import skyrl_overrides
     from mmrl_trainer.data import to_skyrl_rows, write_parquet
     from mmrl_trainer.synthetic import colour_examples
@@ -281,10 +318,19 @@ def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) 
     overrides = skyrl_overrides(cfg, train_files=[str(parquet)], val_files=[])
     # No Ray here: SkyRL's vLLM metrics scraper would ask Ray for its nodes while the trainer is built.
     overrides["generator.inference_engine.enable_ray_prometheus_stats"] = False
+    return [
+        json.dumps(overrides),
+        str(tmp_path / "metrics.jsonl"),
+        str(tmp_path / "ckpt"),
+        str(parquet),
+        str(tmp_path / "tok"),
+    ]
+
+
+def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) -> None:
+    overrides, *args = trainer_inputs(tmp_path)
     metrics = tmp_path / "metrics.jsonl"
-    out = run_in_skyrl(
-        _TRAINER, str(metrics), str(tmp_path / "ckpt"), str(parquet), str(tmp_path / "tok"), stdin=json.dumps(overrides)
-    )
+    out = run_in_skyrl(_TRAINER, *args, stdin=overrides)
     assert out["total"] == 6  # 13 prompts / batch 4 = 3 full batches a epoch, x 2 epochs: SkyRL's own count
     rows = records(metrics)
     assert [(r["step"], r["totalSteps"], r.get("reward")) for r in rows] == [
@@ -295,3 +341,18 @@ def test_skyrl_trainer_built_by_our_experiment_carries_the_hook(tmp_path: Path) 
         (2, 6, None),
     ]
     assert progress_of(out["patches"][-1])["lastCheckpoint"]["step"] == 2
+
+
+def test_skyrl_trainer_counts_rollouts_that_stopped_for_length(tmp_path: Path) -> None:
+    overrides, *args = trainer_inputs(tmp_path)
+    out = run_in_skyrl(_TRUNCATED, *args, stdin=overrides)
+    assert out == {TRUNCATED_KEY: 0.75, "generate/avg_num_tokens": 2.75}
+
+
+def test_truncated_fraction_reaches_the_status_progress(tmp_path: Path) -> None:
+    patches: list[dict] = []
+    progress = SkyRLProgress(ProgressReporter(None, patches.append, min_interval=0), str(tmp_path))
+    progress.on_log(3, 10, {**SKYRL_LOGS, TRUNCATED_KEY: 0.5})
+    assert step_metrics({TRUNCATED_KEY: 0.5, "x": 1})["truncated_fraction"] == 0.5
+    assert progress_of(patches[-1])["truncatedFraction"] == 0.5
+    assert truncated_fraction(["length", "stop", "abort", "length"]) == 0.5 and truncated_fraction([]) is None

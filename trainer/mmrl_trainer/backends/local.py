@@ -24,6 +24,7 @@ from typing import Any
 from mmrl_api.adapter_rules import VISION_TOWER_MODULES
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
+from mmrl_trainer.errors import InvalidInput
 from mmrl_trainer.progress import ProgressReporter
 
 log = logging.getLogger("mmrl_trainer.local")
@@ -174,7 +175,7 @@ def drop_long_prompts(examples: list, processor, max_tokens: int) -> list:
             "dropped %d of %d prompts longer than %d tokens", len(examples) - len(kept), len(examples), max_tokens
         )
     if not kept:
-        raise ValueError(f"algorithm.maxPromptLength {max_tokens}: every prompt is longer (images included)")
+        raise InvalidInput(f"algorithm.maxPromptLength {max_tokens}: every prompt is longer (images included)")
     return kept
 
 

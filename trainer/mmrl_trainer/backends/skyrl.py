@@ -4,6 +4,12 @@
 `mmrl_reward` environment inside the `@ray.remote` entry (env creation happens in that process) and runs
 `BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and resume are SkyRL's own; afterwards the final
 LoRA adapter is copied to `export_dir` and checked for vLLM.
+
+Before anything slow starts, the driver fails an attempt that cannot succeed: one whose GPU count differs from the
+checkpoint it would resume (world_size.py) and settings SkyRL's own config classes and `validate_cfg` reject, both
+InvalidConfig. The entry task runs on a worker (the head has no CPUs for it), so nothing it reads may sit on the
+driver's disk: the parquet goes to `<checkpoint.dir>/data/` (the shared volume, or S3, from which the entry task
+copies it to its own node), and the model is staged on the shared volume (staging.py).
 """
 
 from __future__ import annotations
@@ -11,18 +17,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_trainer import checkpoint as ckpt
-from mmrl_trainer.backends.skyrl_config import (
-    build_skyrl_config,
-    skyrl_environment,
-    skyrl_overrides,
-    skyrl_paths,
-)
+from mmrl_trainer import storage
+from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_environment, skyrl_overrides, skyrl_paths
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
+from mmrl_trainer.checkpoint import MARKER, STEP_PREFIX
 from mmrl_trainer.data import SKYRL_ENV_CLASS
+from mmrl_trainer.errors import InvalidConfig
+from mmrl_trainer.staging import model_path
+from mmrl_trainer.world_size import check_resume_world_size
 
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
 
@@ -44,23 +51,52 @@ def materialise_data(cfg: TrainerConfig, data_dir: Path) -> tuple[list[str], lis
     return [str(train)], val
 
 
-def export_final_adapter(cfg: TrainerConfig) -> Path | None:
-    """Copy the newest complete step's LoRA adapter to export_dir (local/mounted checkpoint dirs only)."""
+class Exported(NamedTuple):
+    local: Path
+    """The checked adapter on this machine (report_adapter reads it)."""
+    path: str
+    """Where it lies for serving: export_dir (a mounted path or s3://)."""
+
+
+def shared_data(cfg: TrainerConfig) -> tuple[list[str], list[str]]:
+    """The parquet files under `<checkpoint.dir>/data/`, where the entry task's node can read them."""
+    target = skyrl_paths(cfg).data  # what --dry-run prints
+    if not storage.is_s3(target):
+        return materialise_data(cfg, Path(target))
+    with tempfile.TemporaryDirectory(prefix="mmrl-data-") as tmp:
+        train, val = materialise_data(cfg, Path(tmp))
+        storage.upload_tree(Path(tmp), target)
+    return [storage.join(target, Path(f).name) for f in train], [storage.join(target, Path(f).name) for f in val]
+
+
+def localise_data(skyrl_cfg: Any, dest: Path) -> None:
+    """Point SkyRL's data settings at local copies of s3:// parquet (SkyRL's PromptDataset reads local files)."""
+    for key in ("train_data", "val_data"):
+        local = []
+        for uri in getattr(skyrl_cfg.data, key):
+            if storage.is_s3(uri):
+                uri = str(storage.download_file(uri, dest / key / uri.rsplit("/", 1)[-1]))
+            local.append(uri)
+        setattr(skyrl_cfg.data, key, local)
+
+
+def checked_skyrl_config(overrides: dict[str, Any]) -> Any:
+    """SkyRL's config from our settings, validated by SkyRL (`validate_cfg`); what SkyRL rejects is InvalidConfig
+    with SkyRL's own message (its checks are asserts and ValueErrors, its dataclasses raise on unknown keys)."""
+    from skyrl.train.utils import validate_cfg
+
+    try:
+        skyrl_cfg = build_skyrl_config(overrides)
+        validate_cfg(skyrl_cfg)
+    except (AssertionError, ValueError, TypeError, KeyError) as err:
+        raise InvalidConfig(f"SkyRL rejected the settings made from the spec: {type(err).__name__}: {err}") from err
+    return skyrl_cfg
+
+
+def _finish_adapter(source: Path, target: Path, cfg: TrainerConfig) -> Path:
+    """`source`'s adapter copied to `target`, named for the model we trained, and checked for vLLM."""
     from mmrl_trainer.adapter import check_adapter_dir
 
-    if cfg.checkpoint.dir.startswith("s3://"):
-        return None  # SkyRL wrote it to S3; the operator checks the adapter where it lies
-    latest = ckpt.latest_complete(cfg.checkpoint.dir)
-    if latest is None:
-        raise RuntimeError(f"no complete checkpoint under {cfg.checkpoint.dir} to export the adapter from")
-    # SkyRL's FSDP strategy writes the PEFT adapter to global_step_N/policy/lora_adapter/.
-    source = latest.path / "policy" / "lora_adapter"
-    if not (source / "adapter_config.json").is_file():
-        found = sorted(latest.path.rglob("adapter_config.json"))
-        if not found:
-            raise RuntimeError(f"{latest.path} has no LoRA adapter (adapter_config.json)")
-        source = found[0].parent
-    target = Path(cfg.export_dir)
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target)
@@ -73,18 +109,56 @@ def export_final_adapter(cfg: TrainerConfig) -> Path | None:
     return target
 
 
-def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pragma: no cover - needs the GPU image
-    os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
-    import ray
-    from skyrl.train.utils import validate_cfg
-    from skyrl.train.utils.utils import initialize_ray
+def export_final_adapter(cfg: TrainerConfig) -> Exported:
+    """The newest complete step's LoRA adapter, checked, at export_dir (SkyRL's FSDP strategy writes the PEFT
+    adapter to global_step_N/policy/lora_adapter/: FSDPStrategy._save_lora_adapters)."""
+    if not storage.is_s3(cfg.checkpoint.dir):
+        return _export_local(cfg)
+    marker = (storage.read_text(storage.join(cfg.checkpoint.dir, MARKER)) or "").strip()
+    if not marker.isdigit():
+        raise RuntimeError(f"no complete checkpoint under {cfg.checkpoint.dir} to export the adapter from")
+    source = storage.join(cfg.checkpoint.dir, f"{STEP_PREFIX}{marker}", "policy", "lora_adapter")
+    work = Path(tempfile.mkdtemp(prefix="mmrl-adapter-"))
+    if storage.download_tree(source, work / "source") == 0:
+        raise RuntimeError(f"{source} has no LoRA adapter")
+    local = _finish_adapter(work / "source", work / "adapter", cfg)
+    if storage.is_s3(cfg.export_dir):
+        storage.upload_tree(local, cfg.export_dir)
+        return Exported(local, cfg.export_dir)
+    return Exported(_finish_adapter(local, Path(cfg.export_dir), cfg), cfg.export_dir)
 
+
+def _export_local(cfg: TrainerConfig) -> Exported:
+    from mmrl_trainer import checkpoint as ckpt
+
+    latest = ckpt.latest_complete(cfg.checkpoint.dir)
+    if latest is None:
+        raise RuntimeError(f"no complete checkpoint under {cfg.checkpoint.dir} to export the adapter from")
+    source = latest.path / "policy" / "lora_adapter"
+    if not (source / "adapter_config.json").is_file():
+        found = sorted(latest.path.rglob("adapter_config.json"))
+        if not found:
+            raise RuntimeError(f"{latest.path} has no LoRA adapter (adapter_config.json)")
+        source = found[0].parent
+    return Exported(_finish_adapter(source, Path(cfg.export_dir), cfg), cfg.export_dir)
+
+
+def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
+    os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
     # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
     SkyRLProgress.from_config(cfg, attempt=attempt).started()
-    data_dir = Path(skyrl_paths(cfg).data)  # what --dry-run prints
-    train_files, val_files = materialise_data(cfg, data_dir)
-    skyrl_cfg = build_skyrl_config(skyrl_overrides(cfg, train_files=train_files, val_files=val_files))
-    validate_cfg(skyrl_cfg)
+    check_resume_world_size(cfg)
+    train_files, val_files = shared_data(cfg)
+    overrides = skyrl_overrides(cfg, train_files=train_files, val_files=val_files, model_path=model_path(cfg))
+    skyrl_cfg = checked_skyrl_config(overrides)
+    _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
+    return export_final_adapter(cfg)
+
+
+def _train(cfg: TrainerConfig, skyrl_cfg: Any, attempt: int | None) -> None:  # pragma: no cover - needs GPUs
+    import ray
+    from skyrl.train.utils.utils import initialize_ray
+
     reward = json.loads(cfg.dataset.reward.model_dump_json(by_alias=False))
 
     @ray.remote(num_cpus=1)
@@ -92,10 +166,10 @@ def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Path | None:  # pr
         # Registration must happen in the process that builds the generator and its environments.
         import skyrl_gym
 
+        localise_data(skyrl_cfg, Path(tempfile.mkdtemp(prefix="mmrl-data-")))
         skyrl_gym.envs.register(id=SKYRL_ENV_CLASS, entry_point=ENV_ENTRY_POINT, kwargs={"reward": reward})
         # Progress and heartbeats come from SkyRL's training loop, which runs in this process.
         experiment_class(SkyRLProgress.from_config(cfg, attempt=attempt))(skyrl_cfg).run()
 
     initialize_ray(skyrl_cfg)
     ray.get(entry.remote(skyrl_cfg))
-    return export_final_adapter(cfg)

@@ -61,9 +61,15 @@ def skyrl_paths(cfg: TrainerConfig) -> SkyRLPaths:
                 "pod shares (SkyRL's vLLM engines load each step's adapter from a path, not from S3); use "
                 "spec.checkpoint.pvc (e.g. an FSx for Lustre claim) or one worker replica"
             )
+        # The parquet goes to S3 next to the checkpoints; the entry task copies it to its own node
+        # (skyrl.shared_data / localise_data). LoRA sync and logs stay on that one worker node.
         scratch = f"/tmp/mmrl/{cfg.job.namespace}/{cfg.job.name}"
         return SkyRLPaths(
-            cfg.checkpoint.dir, cfg.export_dir, f"{scratch}/data", f"{scratch}/lora_sync", f"{scratch}/logs"
+            cfg.checkpoint.dir,
+            cfg.export_dir,
+            f"{cfg.checkpoint.dir.rstrip('/')}/data",
+            f"{scratch}/lora_sync",
+            f"{scratch}/logs",
         )
     return SkyRLPaths(cfg.checkpoint.dir, cfg.export_dir, f"{shared}/data", f"{shared}/lora_sync", f"{shared}/logs")
 

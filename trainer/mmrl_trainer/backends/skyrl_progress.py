@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("mmrl_trainer.skyrl")
 
 REWARD_KEY = "reward/avg_raw_reward"
+# Ours, added to the step's metrics by `experiment_class`: SkyRL logs token counts but not how many rollouts hit
+# the length limit (its generators set stop_reason "length" then: skyrl_gym_generator / skyrl_vlm_generator).
+TRUNCATED_KEY = "generate/truncated_fraction"
 # SkyRL's per-step metric → its name in metrics.jsonl (the local backend's name where it logs the same quantity).
 METRICS: dict[str, str] = {
     REWARD_KEY: "reward",
@@ -45,6 +48,7 @@ METRICS: dict[str, str] = {
     "generate/avg_num_tokens": "completion_length",
     "timing/step": "step_time",
     "eval/all/avg_score": "eval_reward",
+    TRUNCATED_KEY: "truncated_fraction",
 }
 _PASS_AT = re.compile(r"^reward/avg_pass_at_(\d+)$")
 
@@ -65,6 +69,14 @@ def step_metrics(logs: Mapping[str, Any] | None) -> dict[str, float]:
         if math.isfinite(number):
             out[name] = number
     return out
+
+
+def truncated_fraction(stop_reasons: list[Any] | None) -> float | None:
+    """Fraction of rollouts that stopped for length (vLLM's finish_reason "length", or SkyRL's own when the prompt
+    plus response outgrew the context); None without stop reasons."""
+    if not stop_reasons:
+        return None
+    return sum(1 for reason in stop_reasons if reason == "length") / len(stop_reasons)
 
 
 def _key(checkpoint: Checkpoint) -> tuple[int, str]:
@@ -168,6 +180,23 @@ def experiment_class(progress: SkyRLProgress) -> type[Any]:
         def get_trainer(self, *args: Any, **kwargs: Any) -> Any:
             trainer = super().get_trainer(*args, **kwargs)
             trainer.add_callback(training_callback(progress))
+            count_truncated_rollouts(trainer)
             return trainer
 
     return ProgressPPOExp
+
+
+def count_truncated_rollouts(trainer: Any) -> None:
+    """Add TRUNCATED_KEY to the metrics of each training step. RayPPOTrainer.generate (skyrl 0.3.0) returns the
+    generator's output with `stop_reasons` and the step's metrics go to `trainer.all_metrics`, which the training
+    loop hands to `on_log`."""
+    generate = trainer.generate
+
+    async def generate_and_count(*args: Any, **kwargs: Any) -> Any:
+        output = await generate(*args, **kwargs)
+        fraction = truncated_fraction(output.get("stop_reasons"))
+        if fraction is not None:
+            trainer.all_metrics[TRUNCATED_KEY] = fraction
+        return output
+
+    trainer.generate = generate_and_count
