@@ -1,7 +1,7 @@
 """A real S3-compatible server for tests: moto's server mode on 127.0.0.1, as a subprocess.
 
-moto is not in the project's venv (its server pulls Flask and more); `MMRL_MOTO_SERVER` names its `moto_server`
-executable, else one on PATH or in /tmp/run-venv is used. The trainer talks to it through pyarrow with
+moto[server] is a dev dependency, so its `moto_server` sits next to the test interpreter; `MMRL_MOTO_SERVER` may
+name another one. The trainer talks to it through pyarrow with
 AWS_ENDPOINT_URL, exactly as it talks to S3 in a pod (credentials and endpoint from the environment).
 """
 
@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from pathlib import Path
 
 
 def moto_server() -> str | None:
-    for candidate in (os.environ.get("MMRL_MOTO_SERVER"), shutil.which("moto_server"), "/tmp/run-venv/bin/moto_server"):
+    beside = Path(sys.executable).parent / "moto_server"
+    for candidate in (os.environ.get("MMRL_MOTO_SERVER"), str(beside), shutil.which("moto_server")):
         if candidate and Path(candidate).is_file():
             return candidate
     return None
@@ -35,7 +37,7 @@ def _free_port() -> int:
 def running_s3(buckets: list[str]) -> Iterator[dict[str, str]]:
     """Start the server with `buckets` created; yields the environment a client needs."""
     server = moto_server()
-    assert server is not None
+    assert server is not None, "no moto_server: moto[server] is a dev dependency (make setup installs it)"
     port = _free_port()
     proc = subprocess.Popen(
         [server, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -18,10 +18,8 @@ from mmrl_trainer import storage
 from mmrl_trainer.backends.skyrl import export_final_adapter, localise_data, shared_data
 from mmrl_trainer.staging import MODELS_DIR, model_path
 from mmrl_trainer.world_size import checkpoint_to_resume
-from tests.support.s3_server import moto_server, running_s3
+from tests.support.s3_server import running_s3
 from tests.unit.trainer.skyrl_job import skyrl_config
-
-pytestmark = pytest.mark.skipif(moto_server() is None, reason="no moto_server (MMRL_MOTO_SERVER) for a real S3 API")
 
 
 @pytest.fixture(scope="module")
