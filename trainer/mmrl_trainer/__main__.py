@@ -14,7 +14,7 @@ import sys
 
 from pydantic import ValidationError
 
-from mmrl_api.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, error_line
+from mmrl_api.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, SELFTEST, error_line
 
 __all__ = ["EXIT_BAD_CONFIG", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "parse_args"]
 
@@ -63,6 +63,11 @@ def report_adapter(cfg, attempt: int, adapter_dir) -> None:  # type: ignore[no-u
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == [SELFTEST]:  # `python -m mmrl_trainer selftest ...`: the image self-test, not a training run
+        from mmrl_trainer import selftest
+
+        return selftest.main(words[1:])
     try:
         args = parse_args(argv)
     except ValueError as err:
