@@ -45,6 +45,11 @@ def selftest_argv(workdir: str | None, steps: int = 2, *, python: str = "python"
     return [*argv, "--workdir", workdir] if workdir else argv
 
 
+def selftest_command(workdir: str | None) -> str:
+    """The shell command string of a preflight RayJob's `spec.entrypoint`."""
+    return shlex.join(selftest_argv(workdir))
+
+
 def config_digest(text: str) -> str:
     """sha256 of the TrainerConfig file's bytes, as the ConfigMap carries them."""
     return hashlib.sha256(text.encode()).hexdigest()
