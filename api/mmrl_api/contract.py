@@ -39,15 +39,16 @@ def entrypoint_command(config_file: str, attempt: int, config_sha256: str | None
     return shlex.join(entrypoint_argv(config_file, attempt, config_sha256))
 
 
-def selftest_argv(workdir: str | None, steps: int = 2, *, python: str = "python") -> list[str]:
-    """argv of a job's preflight: the image self-test, in `workdir` when given (else a temporary directory)."""
-    argv = [python, "-m", MODULE, SELFTEST, "--steps", str(steps)]
+def selftest_argv(backend: str, workdir: str | None, steps: int = 2, *, python: str = "python") -> list[str]:
+    """argv of a job's preflight: the image self-test with the job's backend, in `workdir` when given (else a
+    temporary directory). The backend is explicit because the driver runs on the Ray head, which has no GPU."""
+    argv = [python, "-m", MODULE, SELFTEST, "--backend", backend, "--steps", str(steps)]
     return [*argv, "--workdir", workdir] if workdir else argv
 
 
-def selftest_command(workdir: str | None) -> str:
+def selftest_command(backend: str, workdir: str | None) -> str:
     """The shell command string of a preflight RayJob's `spec.entrypoint`."""
-    return shlex.join(selftest_argv(workdir))
+    return shlex.join(selftest_argv(backend, workdir))
 
 
 def config_digest(text: str) -> str:

@@ -72,3 +72,18 @@ def test_fewer_than_two_steps_is_a_bad_command_line(tmp_path: Path) -> None:
     assert main(["selftest", "--steps", "1", "--workdir", str(tmp_path)]) == EXIT_BAD_CONFIG
     assert main(["selftest", "--backend", "tpu"]) == EXIT_BAD_CONFIG
     assert not list(tmp_path.iterdir())
+
+
+def test_skyrl_without_a_gpu_fails_the_hardware_row_before_any_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # not a RayJob driver: no Ray cluster to offer GPUs
+    assert main(["selftest", "--backend", "skyrl", "--workdir", str(tmp_path), "--json"]) == EXIT_FAILED
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert [(c["name"], c["status"]) for c in checks[:3]] == [
+        ("workdir", "PASS"),
+        ("hardware", "FAIL"),
+        ("tiny model", "SKIP"),
+    ]
+    assert "--backend skyrl needs" in checks[1]["detail"]
+    assert not (tmp_path / JOB_DIR).exists()

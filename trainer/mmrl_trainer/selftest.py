@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -89,6 +90,21 @@ def choose_backend(requested: str) -> Backend:
     import torch
 
     return "skyrl" if torch.cuda.is_available() and skyrl_available() else "local"
+
+
+def ray_cluster_gpus() -> float:
+    """GPUs of the Ray cluster this process was submitted to (a RayJob's driver, on the GPU-less head: Ray always
+    sets RAY_ADDRESS for it, ray/dashboard/modules/job/job_supervisor.py: JobSupervisor._get_driver_env_vars); 0
+    outside one, where `skyrl.run` starts a local Ray that sees this machine's GPUs."""
+    if not os.environ.get("RAY_ADDRESS"):
+        return 0.0
+    import ray
+
+    ray.init(log_to_driver=False)
+    try:
+        return float(ray.cluster_resources().get("GPU", 0))
+    finally:
+        ray.shutdown()  # skyrl.run initialises Ray itself (utils.initialize_ray), with its runtime env
 
 
 def tiny_config(workdir: Path, model: Path, backend: Backend, max_steps: int) -> Any:
@@ -169,11 +185,15 @@ def run_selftest(
     def hardware() -> str:
         import torch
 
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA GPU"
-        if chosen == "skyrl" and not torch.cuda.is_available():
-            raise RuntimeError("--backend skyrl needs a CUDA GPU and torch sees none")
-        if chosen == "skyrl" and not skyrl_available():
-            raise RuntimeError("--backend skyrl needs SkyRL and it is not installed in this image")
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA GPU here"
+        if chosen == "skyrl":
+            if not skyrl_available():
+                raise RuntimeError("--backend skyrl needs SkyRL and it is not installed in this image")
+            if not torch.cuda.is_available():
+                gpus = ray_cluster_gpus()
+                if not gpus:
+                    raise RuntimeError("--backend skyrl needs a CUDA GPU: torch sees none here and no Ray cluster")
+                gpu += f"; the Ray cluster has {gpus:g} GPU(s)"
         return f"backend {chosen}; torch {torch.__version__}; {gpu}"
 
     def tiny_model() -> str:

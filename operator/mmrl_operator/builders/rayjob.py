@@ -27,10 +27,10 @@ def trainer_entrypoint(job: MultimodalRLJob, attempt: int) -> str:
 
 
 def preflight_entrypoint(job: MultimodalRLJob) -> str:
-    """Attempt 0 runs the image self-test; on a PVC it trains under the job's directory, so the checkpoint volume
-    is part of what it proves (S3 jobs use the pod's temporary directory)."""
+    """Attempt 0 runs the image self-test with the job's backend; on a PVC it trains under the job's directory, so
+    the checkpoint volume is part of what it proves (S3 jobs use the pod's temporary directory)."""
     workdir = f"{job_dir(job)}/preflight" if job.spec.checkpoint.pvc is not None else None
-    return selftest_command(workdir)
+    return selftest_command(job.spec.trainer.backend, workdir)
 
 
 def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:

@@ -31,6 +31,8 @@ def test_attempt_zero_is_the_preflight_name_and_runs_the_selftest_on_the_job_vol
     assert attempt_of("geo-a01", "geo") is None and attempt_of("geo-a00", "geo") is None
     entry = build_rayjob(job(PREFLIGHT_JOB), 0)["spec"]["entrypoint"].split()
     assert entry[:4] == ["python", "-m", "mmrl_trainer", SELFTEST]
+    # The driver runs on the GPU-less head: the job's backend is named, not guessed from the head's hardware.
+    assert entry[entry.index("--backend") + 1] == "skyrl"
     assert entry[entry.index("--workdir") + 1] == "/fsx/mmrl/team/geo-0f1e2d3c/preflight"
     assert "--config" not in entry  # the trainer's own config is attempt 1's business
 
