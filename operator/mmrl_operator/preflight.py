@@ -32,9 +32,23 @@ def preflight_due(d: Decision) -> bool:
     return d.spec.preflight and d.status.attempt == 0 and not (pf is not None and pf.phase == "Succeeded")
 
 
+def unsupported(d: Decision) -> str | None:
+    """Why this job's preflight cannot run, or None. The SkyRL self-test trains on the GPU workers from files its
+    driver writes on the head (tiny model, parquet, checkpoints): only the checkpoint PVC is seen by every pod."""
+    if d.spec.trainer.backend == "skyrl" and d.spec.checkpoint.pvc is None:
+        return (
+            "spec.preflight: the SkyRL self-test needs spec.checkpoint.pvc, the volume every Ray pod shares; "
+            "with spec.checkpoint.s3 run `python -m mmrl_trainer selftest` in the image instead"
+        )
+    return None
+
+
 def step_preflight(d: Decision, ready_to_start: Callable[[Decision], bool]) -> bool:
     """Advance the preflight; True when it passed in this pass (attempt 1 may start now)."""
     pf = d.status.preflight = d.status.preflight or PreflightStatus()
+    if pf.phase == "Pending" and (why := unsupported(d)) is not None:
+        fail(d, pf, why)
+        return False
     name = rayjob_name(d.job.name, PREFLIGHT_ATTEMPT)
     rayjob = d.obs.rayjobs.get(PREFLIGHT_ATTEMPT)
     if pf.phase == "Running" and rayjob is None:

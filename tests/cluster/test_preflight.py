@@ -13,7 +13,8 @@ from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
-PREFLIGHT = {"spec": {"preflight": True}}
+# S3 checkpoints (no PVC for kwok pods to wait on), so the local backend: the SkyRL self-test needs a PVC.
+PREFLIGHT = {"spec": {"preflight": True, "trainer": {"backend": "local"}}}
 
 
 @pytest.fixture

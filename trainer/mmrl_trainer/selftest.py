@@ -199,8 +199,16 @@ def run_selftest(
     def tiny_model() -> str:
         from mmrl_trainer.tiny import build_tiny_vlm
 
-        state["model"] = build_tiny_vlm()
-        return str(state["model"])
+        model = build_tiny_vlm()
+        if chosen == "skyrl":
+            # SkyRL's policy workers and vLLM engines load it on the GPU pods, not here: it must sit where every
+            # Ray pod sees it (the workdir on the checkpoint volume, in a preflight).
+            shared = work / "tiny-qwen3-vl"
+            shutil.rmtree(shared, ignore_errors=True)
+            shutil.copytree(model, shared)
+            model = shared
+        state["model"] = model
+        return str(model)
 
     def skyrl_settings() -> str:
         from skyrl.train.utils import validate_cfg
