@@ -87,8 +87,10 @@ def choose_backend(requested: str) -> Backend:
     """auto: SkyRL where it can run (a CUDA GPU and SkyRL installed), else the local backend."""
     if requested in ("local", "skyrl"):
         return requested  # type: ignore[return-value]
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        return "local"  # the hardware row reports the broken torch
     return "skyrl" if torch.cuda.is_available() and skyrl_available() else "local"
 
 
