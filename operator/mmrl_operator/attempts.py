@@ -14,7 +14,7 @@ from mmrl_operator.decision import Decision, Delete, parse_ts, ts
 from mmrl_operator.faults import infra_signal, previous_attempt_lingers, ray_pods_not_in_place
 from mmrl_operator.names import rayjob_name
 from mmrl_operator.observed import pod_set_digest, queued_by_kueue, rayjob_outcome
-from mmrl_operator.preflight import preflight_due, step_preflight
+from mmrl_operator.preflight import passed_before_attempt_one, preflight_due, step_preflight
 
 
 def budget_of(failure: str) -> str | None:
@@ -32,6 +32,8 @@ def adopt_orphan_attempt(d: Decision) -> None:
         return
     prev = d.current()
     cause = "initial" if n == 1 else ((prev.failure if prev else None) or "resume")
+    if n == 1:
+        passed_before_attempt_one(d)
     d.status.attempt = n
     d.status.attempts.append(
         Attempt(index=n, ray_job=rayjob_name(d.job.name, n), cause=cause, start_time=ts(d.now))  # type: ignore[arg-type]

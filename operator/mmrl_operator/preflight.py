@@ -23,6 +23,7 @@ from mmrl_operator.observed import rayjob_outcome
 from mmrl_operator.shape import dig
 
 REASON = "Preflight"
+PASSED = "the image self-test passed on the job's RayCluster"
 FAILED_REASON = "InvalidConfig"
 
 
@@ -41,6 +42,13 @@ def unsupported(d: Decision) -> str | None:
             "with spec.checkpoint.s3 run `python -m mmrl_trainer selftest` in the image instead"
         )
     return None
+
+
+def passed_before_attempt_one(d: Decision) -> None:
+    """Attempt 1 is being adopted: the pass that created it saw the preflight pass, then died before writing so."""
+    pf = d.status.preflight
+    if pf is not None and pf.phase in ("Pending", "Running"):
+        pf.phase, pf.end_time, pf.message = "Succeeded", ts(d.now), PASSED
 
 
 def step_preflight(d: Decision, ready_to_start: Callable[[Decision], bool]) -> bool:
@@ -84,8 +92,7 @@ def track(d: Decision, pf: PreflightStatus, rayjob: dict, name: str) -> bool:
         d.set_phase("Provisioning", f"preflight {pf.message}", REASON)
         return False
     if outcome == "Succeeded":
-        pf.phase, pf.end_time = "Succeeded", ts(d.now)
-        pf.message = "the image self-test passed on the job's RayCluster"
+        pf.phase, pf.end_time, pf.message = "Succeeded", ts(d.now), PASSED
         d.event("Normal", "PreflightPassed", f"preflight RayJob {name}: {pf.message}")
         return True
     if outcome == "Failed":

@@ -124,3 +124,13 @@ def test_a_skyrl_preflight_without_a_shared_volume_fails_at_once_naming_the_fiel
     assert kinds(plan) == [] and plan.status["phase"] == "Failed"
     assert condition(plan, "Failed")["reason"] == "InvalidConfig" and plan.status.get("restarts", {}) == {}
     assert "spec.checkpoint.pvc" in plan.status["preflight"]["message"]
+
+
+def test_an_adopted_attempt_one_records_the_preflight_it_followed_as_passed() -> None:
+    j = provisioned()
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))  # preflight Running in status
+    # The pass that saw a0 succeed created a1 and died before its status write.
+    world = Observed(raycluster=ready_cluster(j), rayjobs={0: rayjob("Complete", "SUCCEEDED"), 1: rayjob()}, pods=PODS)
+    plan = decide(j, 1, world, T0 + timedelta(minutes=3))
+    assert kinds(plan) == [] and plan.status["attempt"] == 1
+    assert plan.status["preflight"]["phase"] == "Succeeded" and cond(plan, "PreflightPassed") == "True"
