@@ -15,6 +15,8 @@ import re
 import shlex
 
 MODULE = "mmrl_trainer"
+SELFTEST = "selftest"
+"""First argv word that runs the image self-test (`python -m mmrl_trainer selftest`) instead of training."""
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_BAD_INPUT = 0, 1, 2, 3
 # Exit codes that mean "retrying will not help": the job fails at once with this reason, spending no budget.
 FATAL_EXIT_REASONS = {EXIT_BAD_CONFIG: "InvalidConfig", EXIT_BAD_INPUT: "InvalidInput"}
@@ -35,6 +37,18 @@ def entrypoint_argv(
 def entrypoint_command(config_file: str, attempt: int, config_sha256: str | None = None) -> str:
     """The shell command string a RayJob's `spec.entrypoint` carries."""
     return shlex.join(entrypoint_argv(config_file, attempt, config_sha256))
+
+
+def selftest_argv(backend: str, workdir: str | None, steps: int = 2, *, python: str = "python") -> list[str]:
+    """argv of a job's preflight: the image self-test with the job's backend, in `workdir` when given (else a
+    temporary directory). The backend is explicit because the driver runs on the Ray head, which has no GPU."""
+    argv = [python, "-m", MODULE, SELFTEST, "--backend", backend, "--steps", str(steps)]
+    return [*argv, "--workdir", workdir] if workdir else argv
+
+
+def selftest_command(backend: str, workdir: str | None) -> str:
+    """The shell command string of a preflight RayJob's `spec.entrypoint`."""
+    return shlex.join(selftest_argv(backend, workdir))
 
 
 def config_digest(text: str) -> str:

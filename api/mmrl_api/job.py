@@ -52,6 +52,10 @@ class JobSpec(ApiModel):
     checkpoint: CheckpointSpec = Field(json_schema_extra=immutable("checkpoint"))
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    preflight: bool = False
+    """Before the first attempt, run the trainer image's self-test (`python -m mmrl_trainer selftest`: a few GRPO
+    steps of a tiny model with checkpoint, resume, export and the adapter check) on this job's own RayCluster, as
+    RayJob `<name>-a0`. A failure ends the job Failed (reason InvalidConfig) without spending a restart."""
     suspend: bool = False
     """Stop training (RayJob and RayCluster are deleted, checkpoints kept); false again resumes from the
     latest complete checkpoint without spending a restart."""

@@ -102,6 +102,18 @@ class Attempt(StatusModel):
     message: str | None = Field(default=None, max_length=1024)
 
 
+class PreflightStatus(StatusModel):
+    """The image self-test run before attempt 1 when `spec.preflight` is true."""
+
+    phase: Literal["Pending", "Running", "Succeeded", "Failed"] = "Pending"
+    ray_job: str | None = Field(default=None, max_length=NAME_MAX)
+    """The RayJob that runs it: `<name>-a0`."""
+    start_time: str | None = TIME
+    end_time: str | None = TIME
+    message: str | None = Field(default=None, max_length=1024)
+    """The self-test's verdict, or its failing check (its `mmrl-trainer error:` line)."""
+
+
 class AdapterStatus(StatusModel):
     """The exported LoRA adapter, as the trainer checked and reported it (the operator serves exactly this)."""
 
@@ -160,6 +172,8 @@ class JobStatus(StatusModel):
     progress: Progress = Field(default_factory=Progress)
     truncation_warned_attempt: int | None = Field(default=None, ge=1)
     """The attempt for which the operator raised the RolloutsTruncated Warning (once per attempt)."""
+    preflight: PreflightStatus | None = None
+    """The preflight's outcome (`spec.preflight`); absent when the job has none."""
     adapter: AdapterStatus | None = None
     inference: InferenceStatus | None = None
     message: str | None = Field(default=None, max_length=MESSAGE_MAX)

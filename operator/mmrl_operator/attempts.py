@@ -14,6 +14,7 @@ from mmrl_operator.decision import Decision, Delete, parse_ts, ts
 from mmrl_operator.faults import infra_signal, previous_attempt_lingers, ray_pods_not_in_place
 from mmrl_operator.names import rayjob_name
 from mmrl_operator.observed import pod_set_digest, queued_by_kueue, rayjob_outcome
+from mmrl_operator.preflight import passed_before_attempt_one, preflight_due, step_preflight
 from mmrl_operator.shape import dig
 
 
@@ -32,6 +33,8 @@ def adopt_orphan_attempt(d: Decision) -> None:
         return
     prev = d.current()
     cause = "initial" if n == 1 else ((prev.failure if prev else None) or "resume")
+    if n == 1:
+        passed_before_attempt_one(d)
     d.status.attempt = n
     d.status.attempts.append(
         Attempt(index=n, ray_job=rayjob_name(d.job.name, n), cause=cause, start_time=ts(d.now))  # type: ignore[arg-type]
@@ -53,6 +56,8 @@ def budget_raised(d: Decision) -> bool:
 
 def step_attempts(d: Decision) -> None:
     cur = d.current()
+    if cur is None and preflight_due(d) and not step_preflight(d, ready_to_start):
+        return  # attempt 1 waits for the preflight; it starts in the pass that sees the preflight pass
     if cur is None:
         start_when_ready(d, "initial")
         return
@@ -214,31 +219,38 @@ def end_attempt(d: Decision, cur: Attempt, kind: str, node: str | None, message:
     d.set_phase("Recovering", f"attempt {cur.index} {ended} ({kind}): {message}")
 
 
-def start_when_ready(d: Decision, cause: str) -> None:
+def ready_to_start(d: Decision) -> bool:
+    """Whether a RayJob may be submitted now (the next attempt, or the preflight); if not, the phase says why."""
     if d.obs.apply_error or d.obs.name_conflict:
-        return  # this pass could not create the children; finish() reports why, the next pass retries
+        return False  # this pass could not create the children; finish() reports why, the next pass retries
     after = parse_ts(d.status.next_attempt_after)
     if after is not None and d.now < after:
         d.due.append(after)
         d.set_phase("Recovering", d.message or "waiting before the next attempt")
-        return
+        return False
     if queued_by_kueue(d.obs.raycluster):
         queue = (d.spec.cluster.kueue.queue_name if d.spec.cluster.kueue else None) or "its queue"
         d.set_phase("Queued", f"the RayCluster waits for Kueue to admit it ({queue})", "QueuedByKueue")
-        return
+        return False
     if not d.cluster_ready():
         phase = "Provisioning" if d.status.attempt == 0 else "Recovering"
         d.set_phase(phase, d.waiting_for_cluster(), d.pod_problem[0] if d.pod_problem else phase)
-        return
+        return False
     stale = [p for p in d.obs.pods if p.spec_hash and p.spec_hash != d.desired_hash and not p.terminating]
     if stale and d.desired_hash is not None:
         for pod in stale:  # KubeRay recreates them from the updated template
             d.plan.delete.append(Delete("v1", "Pod", pod.name))
         d.set_phase("Recovering", f"replacing {len(stale)} Ray pods built from the previous spec")
-        return
+        return False
     lingering = previous_attempt_lingers(d) or (ray_pods_not_in_place(d) if d.status.attempt else None)
     if lingering is not None:
         d.set_phase("Recovering", f"waiting before attempt {d.status.attempt + 1}: {lingering}")
+        return False
+    return True
+
+
+def start_when_ready(d: Decision, cause: str) -> None:
+    if not ready_to_start(d):
         return
     n = d.status.attempt + 1
     if n > 1 and d.status.observed_generation == d.gen and d.obs.raycluster is not None:

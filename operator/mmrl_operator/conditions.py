@@ -27,6 +27,7 @@ class Facts:
     spec_change_pending: str | None = None  # why a spec change waits for the running attempt to end
     inference: tuple[bool | None, str, str] | None = None  # InferenceReady (status, reason, message) once trained
     status_problems: str | None = None  # status fields read back that did not validate and were left out
+    preflight: tuple[bool | None, str, str] | None = None  # PreflightPassed (status, reason, message) if one ran
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
@@ -60,6 +61,7 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
             "WaitingForAttemptToEnd" if facts.spec_change_pending else "NoChangePending",
             facts.spec_change_pending or "the Ray cluster matches the spec",
         ),
+        *([("PreflightPassed", *facts.preflight)] if facts.preflight is not None else []),
     ]
 
 

@@ -14,6 +14,11 @@ def raycluster_name(job_name: str) -> str:
     return job_name
 
 
+PREFLIGHT_ATTEMPT = 0
+"""The preflight (`spec.preflight`) runs as attempt 0, RayJob `<name>-a0`: the same name form, so the same owner,
+label, adoption and one-at-a-time rules hold for it, and it fits the same name-length limit."""
+
+
 def rayjob_name(job_name: str, attempt: int) -> str:
     return f"{job_name}-a{attempt}"
 
@@ -29,7 +34,7 @@ def attempt_of(rayjob_name_: str, job_name: str) -> int | None:
     tail = rayjob_name_.removeprefix(prefix)
     if not rayjob_name_.startswith(prefix) or not tail.isascii() or not tail.isdigit():
         return None
-    if len(tail) > MAX_ATTEMPT_DIGITS or tail.startswith("0"):
+    if len(tail) > MAX_ATTEMPT_DIGITS or (tail.startswith("0") and tail != "0"):
         return None
     return int(tail)
 

@@ -66,6 +66,14 @@ def malformed_status(d: Decision) -> str | None:
     return message
 
 
+def preflight_condition(d: Decision) -> tuple[bool | None, str, str] | None:
+    """PreflightPassed: True once the self-test passed, False when it failed, Unknown while it is due or runs."""
+    pf = d.status.preflight
+    if pf is None:
+        return None
+    return {"Succeeded": True, "Failed": False}.get(pf.phase), f"Preflight{pf.phase}", pf.message or pf.phase
+
+
 def finish(d: Decision) -> Plan:
     stalled = blocked_write(d)
     if stalled is not None:
@@ -106,6 +114,7 @@ def finish(d: Decision) -> Plan:
         status_problems=malformed,
         spec_change_pending=d.spec_change_pending,
         inference=d.inference_ready,
+        preflight=preflight_condition(d),
     )
     d.status.conditions = compute_conditions(d.status.conditions, facts, ts(d.now))
     d.plan.status = d.status.wire()

@@ -35,6 +35,11 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
         shown.add(message)
         lines.append(f"    {cond['type']:<13} {cond['status']:<7} {cond.get('reason', ''):<24} {text}".rstrip())
     lines.append("  attempts:")
+    pf = st.get("preflight")
+    if pf:
+        lines.append(
+            f"    #0 {pf.get('rayJob') or '-'} preflight -> {pf.get('phase')} {pf.get('message') or ''}".rstrip()
+        )
     for a in st.get("attempts") or []:
         resumed = f" resumed@{a['resumedFromStep']}" if a.get("resumedFromStep") is not None else ""
         why = f" [{a['failure']}{' on ' + a['node'] if a.get('node') else ''}]" if a.get("failure") else ""

@@ -16,7 +16,7 @@ import sys
 
 from pydantic import ValidationError
 
-from mmrl_api.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, error_line
+from mmrl_api.contract import EXIT_BAD_CONFIG, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, MODULE, SELFTEST, error_line
 from mmrl_trainer.errors import exit_code_for
 
 __all__ = ["EXIT_BAD_CONFIG", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "parse_args"]
@@ -70,6 +70,11 @@ def report_adapter(cfg, attempt: int, adapter_dir, path: str | None = None) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == [SELFTEST]:  # `python -m mmrl_trainer selftest ...`: the image self-test, not a training run
+        from mmrl_trainer import selftest
+
+        return selftest.main(words[1:])
     try:
         args = parse_args(argv)
     except ValueError as err:

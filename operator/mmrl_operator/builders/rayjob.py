@@ -11,11 +11,11 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_api.contract import config_digest, entrypoint_command
+from mmrl_api.contract import config_digest, entrypoint_command, selftest_command
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.builders.volumes import CONFIG_FILE
-from mmrl_operator.names import raycluster_name, rayjob_name
+from mmrl_operator.names import PREFLIGHT_ATTEMPT, job_dir, raycluster_name, rayjob_name
 
 
 def trainer_entrypoint(job: MultimodalRLJob, attempt: int) -> str:
@@ -26,13 +26,20 @@ def trainer_entrypoint(job: MultimodalRLJob, attempt: int) -> str:
     return entrypoint_command(CONFIG_FILE, attempt, config_digest(text))
 
 
+def preflight_entrypoint(job: MultimodalRLJob) -> str:
+    """Attempt 0 runs the image self-test with the job's backend; on a PVC it trains under the job's directory, so
+    the checkpoint volume is part of what it proves (S3 jobs use the pod's temporary directory)."""
+    workdir = f"{job_dir(job)}/preflight" if job.spec.checkpoint.pvc is not None else None
+    return selftest_command(job.spec.trainer.backend, workdir)
+
+
 def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
     # Kueue admits the RayCluster; the RayJob only selects it, so queue labels on it would double-admit.
     labels = {c.LABEL_ATTEMPT: str(attempt)}
     metadata = child_metadata(job, rayjob_name(job.name, attempt), "rayjob", labels)
     spec: dict[str, Any] = {
         "clusterSelector": {c.RAY_CLUSTER_LABEL: raycluster_name(job.name)},
-        "entrypoint": trainer_entrypoint(job, attempt),
+        "entrypoint": preflight_entrypoint(job) if attempt == PREFLIGHT_ATTEMPT else trainer_entrypoint(job, attempt),
         "submissionMode": "K8sJobMode",
         "backoffLimit": 0,
         "shutdownAfterJobFinishes": False,

@@ -44,3 +44,11 @@ def test_each_distinct_message_is_printed_once() -> None:
     text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": status}, [])
     assert text.count(f"waiting: {why}") == 1 and text.count(why) == 3  # job message, first condition, ClusterReady
     assert "Unschedulable" in text
+
+
+def test_the_preflight_is_listed_as_attempt_zero() -> None:
+    j = job({"spec": {"preflight": True}})
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": j.status.wire()}, [])
+    assert "#0 geo-a0 preflight -> Running" in text
