@@ -123,3 +123,16 @@ def footprint_of(job: _Job) -> Footprint | None:
     """The footprint of a MultimodalRLJob spec or a TrainerConfig (both carry model, LoRA and checkpoint.keep)."""
     backend = getattr(job, "backend", None) or job.trainer.backend  # type: ignore[attr-defined]
     return checkpoint_footprint(job.model, job.lora, job.checkpoint.keep, backend)  # type: ignore[attr-defined]
+
+
+def footprint_status(job: _Job) -> dict[str, int | str] | None:
+    """`status.checkpointFootprint` of a job spec (camelCase keys), or None when the model's size is unknown."""
+    found = footprint_of(job)
+    if found is None:
+        return None
+    return {
+        "totalBytes": found.total_bytes,
+        "perCheckpointBytes": found.bytes_per_checkpoint,
+        "checkpoints": found.checkpoints,
+        "summary": found.describe(),
+    }

@@ -114,6 +114,16 @@ class PreflightStatus(StatusModel):
     """The self-test's verdict, or its failing check (its `mmrl-trainer error:` line)."""
 
 
+class CheckpointFootprint(StatusModel):
+    """Storage the job's checkpoints are expected to take at their peak (mmrl_api.footprint), so a platform team
+    can size FSx: `keep + 1` checkpoints, each the full fp32 policy state for SkyRL."""
+
+    total_bytes: int = Field(ge=0)
+    per_checkpoint_bytes: int = Field(ge=0)
+    checkpoints: int = Field(ge=1)
+    summary: str = Field(max_length=256)
+
+
 class AdapterStatus(StatusModel):
     """The exported LoRA adapter, as the trainer checked and reported it (the operator serves exactly this)."""
 
@@ -174,6 +184,8 @@ class JobStatus(StatusModel):
     """The attempt for which the operator raised the RolloutsTruncated Warning (once per attempt)."""
     preflight: PreflightStatus | None = None
     """The preflight's outcome (`spec.preflight`); absent when the job has none."""
+    checkpoint_footprint: CheckpointFootprint | None = None
+    """Expected peak checkpoint storage; absent when the model's size is unknown."""
     adapter: AdapterStatus | None = None
     inference: InferenceStatus | None = None
     message: str | None = Field(default=None, max_length=MESSAGE_MAX)

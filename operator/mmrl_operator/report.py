@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mmrl_api.status import MAX_ATTEMPT_HISTORY
+from mmrl_api.footprint import footprint_status
+from mmrl_api.status import MAX_ATTEMPT_HISTORY, CheckpointFootprint
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.decision import Decision, Plan, ts
 from mmrl_operator.observed import queued_by_kueue, rayjob_outcome
@@ -88,6 +89,8 @@ def finish(d: Decision) -> Plan:
     malformed = malformed_status(d)
     d.status.attempts = d.status.attempts[-MAX_ATTEMPT_HISTORY:]
     d.status.observed_generation = d.gen
+    footprint = footprint_status(d.spec)
+    d.status.checkpoint_footprint = CheckpointFootprint.model_validate(footprint) if footprint else None
     if d.status.phase not in ("Failed",):
         d.status.message = d.message or None
     cur = d.current()

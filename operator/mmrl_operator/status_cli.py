@@ -20,6 +20,9 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
     ckpt = prog.get("lastCheckpoint")
     if ckpt:
         lines.append(f"  last checkpoint: step {ckpt['step']} at {ckpt['path']}")
+    footprint = st.get("checkpointFootprint")
+    if footprint:
+        lines.append(f"  checkpoint storage (expected): {footprint.get('summary', '-')}")
     restarts = st.get("restarts") or {}
     spec_res = (job.get("spec") or {}).get("resilience") or {}
     lines.append(

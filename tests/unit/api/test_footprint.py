@@ -89,3 +89,20 @@ def test_mmrl_validate_prints_the_footprint_per_file() -> None:
     lines = [line for line in out.getvalue().splitlines() if "checkpoint footprint" in line]
     assert lines[0].startswith(f"{EXAMPLES / 'job.yaml'}: checkpoint footprint: 145.9 GB (4 checkpoints of 36.5 GB")
     assert lines[1].endswith("unknown (no parameter count for pvc://mmrl-checkpoints/models/tiny-qwen3-vl)")
+
+
+def test_the_operator_writes_the_footprint_into_the_jobs_status_and_mmrl_status_shows_it() -> None:
+    from mmrl_operator.observed import Observed
+    from mmrl_operator.reconcile import decide
+    from mmrl_operator.status_cli import render_status
+    from tests.support.factories import T0, job
+
+    j = job()  # examples/job.yaml: Qwen3-VL-8B, rank 32, keep 3
+    plan = decide(j, 1, Observed(), T0)
+    found = plan.status["checkpointFootprint"]
+    assert (found["checkpoints"], round(found["totalBytes"] / 1e9, 1)) == (4, 145.9)
+    assert found["perCheckpointBytes"] * 4 == found["totalBytes"]
+    shown = render_status({"metadata": {"namespace": "team", "name": "geo"}, "status": plan.status}, [])
+    assert "checkpoint storage (expected): 145.9 GB (4 checkpoints of 36.5 GB" in shown
+    unknown = job({"spec": {"model": {"name": "s3://models/my-own-vlm/"}}})
+    assert "checkpointFootprint" not in decide(unknown, 1, Observed(), T0).status
