@@ -54,6 +54,10 @@ RAY_API_VERSION = f"{RAY_GROUP}/{RAY_VERSION}"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 RAY_GROUP_LABEL = "ray.io/group"
+# The Ray in the trainer image (docker/trainer.Dockerfile): SkyRL 0.3.0's uv.lock pins ray==2.56.0 and its base image
+# is novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8. A RayCluster's rayVersion must name the Ray its pods run,
+# so spec.cluster.rayVersion defaults to this; tests/unit/packaging/test_dockerfiles.py checks the two agree.
+TRAINER_RAY_VERSION = "2.56.0"
 
 # --- Kueue / HyperPod task governance -------------------------------------------------------------------
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

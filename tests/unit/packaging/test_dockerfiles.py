@@ -408,3 +408,36 @@ def test_hadolint_finds_nothing() -> None:
         [binary, "--no-color", *(str(p) for p in DOCKERFILES)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def ray_versions_named(instructions: list[Instruction]) -> dict[str, set[str]]:
+    """Every Ray version the trainer Dockerfile names, by where: the base repository's `ray-X.Y.Z` and any
+    `ray==X.Y.Z` pin in a RUN."""
+    found: dict[str, set[str]] = {"base image": set(), "ray pin": set()}
+    for image, _ in _external_images(instructions):
+        repository, _, _ = _split_image(image)
+        found["base image"] |= set(re.findall(r"ray-(\d+\.\d+\.\d+)", repository))
+    for ins in instructions:
+        if ins.keyword == "RUN":
+            found["ray pin"] |= set(re.findall(r"\bray(?:\[[\w,-]+\])?==(\d+\.\d+\.\d+)", ins.args))
+    return found
+
+
+def test_the_raycluster_ray_version_is_the_trainer_images_ray() -> None:
+    # KubeRay decides on rayVersion, and Ray refuses to join nodes of another version, so the CRD default must be
+    # the Ray that the trainer image's base carries (and that anything in it pins).
+    from mmrl_api.cluster import ClusterSpec
+    from mmrl_api.constants import TRAINER_RAY_VERSION
+
+    found = ray_versions_named(parse(TRAINER))
+    assert found["base image"] == {TRAINER_RAY_VERSION}, found
+    assert found["ray pin"] <= {TRAINER_RAY_VERSION}, found
+    assert ClusterSpec.model_fields["ray_version"].default == TRAINER_RAY_VERSION
+
+
+def test_a_ray_pin_other_than_the_base_images_is_found(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest\nRUN uv pip install 'ray[default]==2.57.0'\n"
+    )
+    assert ray_versions_named(parse(dockerfile)) == {"base image": {"2.56.0"}, "ray pin": {"2.57.0"}}
