@@ -147,8 +147,11 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
         "rayVersion": cluster.ray_version,
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {
-            # The head schedules no GPU work and must accept dashboard/job submissions from the RayJob submitter.
-            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+            # The head runs no Ray work: with no CPUs or GPUs to offer, SkyRL's entry task (`@ray.remote(num_cpus=1)`
+            # in mmrl_trainer/backends/skyrl.py) and every training actor go to the GPU workers. The RayJob's driver
+            # still runs here, because it requests no entrypoint resources (see builders/rayjob.py). The head must
+            # accept dashboard/job submissions from the RayJob submitter.
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
             "template": _pod_template(
                 job,
                 container="ray-head",
