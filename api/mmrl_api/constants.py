@@ -88,6 +88,15 @@ HEALTH_STATUSES = (
 # --- accelerators ---------------------------------------------------------------------------------------
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# What makes NCCL use EFA in a pod that requests EFA devices (docs/trainer-image.md). libfabric's efa provider only;
+# fork safety for Python processes that fork after libfabric registered memory; and the aws-ofi-nccl plugin, which
+# NCCL loads as libnccl-net-<NCCL_NET_PLUGIN>.so (the EFA installer's file, checked in docker/trainer.Dockerfile).
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi"}
+# GPUDirect RDMA over EFA is forced on only for instance families whose EFA devices support it (p4d/p4de, p5/p5e/
+# p5en, p6): libfabric aborts a process that sets FI_EFA_USE_DEVICE_RDMA=1 on a device without RDMA (g5, g6), and
+# leaves it to the device when unset.
+EFA_RDMA_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
+EFA_RDMA_INSTANCE_FAMILIES = ("p4d", "p5", "p6")
 
 # --- vLLM -----------------------------------------------------------------------------------------------
 # The ranks vLLM's --max-lora-rank accepts; an adapter of rank r is served with the smallest value >= r.

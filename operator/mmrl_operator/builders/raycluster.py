@@ -16,6 +16,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob, WorkerGroup
 from mmrl_api import constants as c
 from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.efa import efa_env
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.names import kueue_labels, raycluster_name, service_account_name
@@ -43,6 +44,10 @@ def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
     return fixed + [e.wire() for e in job.spec.trainer.env]
 
 
+def _user_env(job: MultimodalRLJob) -> set[str]:
+    return {e.name for e in job.spec.trainer.env}
+
+
 def _pod_template(
     job: MultimodalRLJob,
     *,
@@ -68,7 +73,7 @@ def _pod_template(
                 "name": container,
                 "image": spec.trainer.image,
                 "imagePullPolicy": spec.trainer.image_pull_policy,
-                "env": _env(job),
+                "env": _env(job) + efa_env(resources, node_selector.get(c.INSTANCE_TYPE_LABEL), _user_env(job)),
                 "envFrom": [e.wire() for e in spec.trainer.env_from],
                 "resources": resources,
                 "volumeMounts": mounts.mounts,
