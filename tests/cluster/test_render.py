@@ -1,5 +1,5 @@
-"""`mmrl render` against the real apiserver: the objects it prints are the ones the operator creates for the same
-job, and every field it prints is stored as printed."""
+"""`mmrl render` against the real apiserver: for each example job, the objects it prints are the ones the operator
+creates for the same job, and every field it prints is stored as printed."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from kubernetes import dynamic
 
 from mmrl_api import validate_manifest
+from mmrl_local import storage
 from mmrl_operator.render import as_submitted, render_objects
-from tests.cluster.test_serving import serving_job
+from tests.support.corpus import example
 from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -46,13 +47,25 @@ def differences(printed: Any, stored: Any, path: str = "") -> list[str]:
     return [] if printed == stored else [f"{path}: printed {printed!r}, stored {stored!r}"]
 
 
-def test_render_prints_exactly_what_the_operator_creates(jobs, operator, kuberay, hyperpod_nodes, api_client):
+@pytest.mark.parametrize(("example_file", "claim"), [("job.yaml", "fsx-claim"), ("local.yaml", "mmrl-checkpoints")])
+def test_render_prints_exactly_what_the_operator_creates(
+    example_file, claim, jobs, operator, kuberay, hyperpod_nodes, core, api_client, tmp_path
+):
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(2)
-    kuberay.script("geo-a1", "succeed-after=1")
-    manifest = serving_job()
+    storage.create_hostpath_claim(core, jobs.ns, claim, tmp_path / claim)  # the example's checkpoint volume
+    try:
+        check_render_against_the_operator(example(example_file), jobs, kuberay, api_client)
+    finally:
+        storage.delete_hostpath_claim(core, jobs.ns, claim)
+
+
+def check_render_against_the_operator(manifest: dict, jobs, kuberay, api_client) -> None:
+    name = manifest["metadata"]["name"]
+    kuberay.script(f"{name}-a1", "succeed-after=1")
     created = jobs.create(manifest)
-    wait_until(lambda: jobs.status("geo").get("phase") == "Serving", 90, what="phase Serving")
+    # Serving: every child the job will have exists (the inference pods may stay Pending; they need not run).
+    wait_until(lambda: jobs.status(name).get("phase") == "Serving", 90, what="phase Serving")
 
     job, errors = validate_manifest(manifest)
     assert job is not None, errors
