@@ -52,10 +52,19 @@ def _with_status(job: MultimodalRLJob, status: dict[str, Any], **changes: Any) -
     return job.model_copy(update={"status": JobStatus.model_validate({**status, **changes})})
 
 
+class RenderError(Exception):
+    """The decision created no RayCluster for the job, so there is nothing to render from."""
+
+
 def render_objects(job: MultimodalRLJob) -> list[dict[str, Any]]:
-    """Every object the operator applies for `job` (as submitted), in the order it first applies them."""
+    """Every object the operator applies for `job` (as submitted), in the order it first applies them. A suspended
+    job is rendered as it runs once `spec.suspend` is false: suspended, it has no children at all."""
+    if job.spec.suspend:
+        job = job.model_copy(update={"spec": job.spec.model_copy(update={"suspend": False})})
     created = decide(job, GENERATION, Observed(), RENDER_NOW)
-    cluster = next(o for o in created.apply if o["kind"] == "RayCluster")
+    cluster = next((o for o in created.apply if o["kind"] == "RayCluster"), None)
+    if cluster is None:
+        raise RenderError(created.status.get("message") or "the operator would create no RayCluster for this job")
     on_cluster = Observed(raycluster=_ready(cluster))
     first_attempt = decide(_with_status(job, created.status), GENERATION, on_cluster, RENDER_NOW)
     trained = _with_status(job, first_attempt.status, phase="Succeeded", message="training finished")
@@ -108,6 +117,12 @@ def render_file(path: str, namespace: str | None, out: TextIO | None = None, err
             print(f"{path}: {e.path}: {e.message}", file=err)
         if job is None:
             return 1  # nothing is printed for a file the apiserver would refuse in part
-        objects += render_objects(as_submitted(job, namespace))
+        if job.spec.suspend:
+            print(f"{path}: spec.suspend is true: the operator creates these once it is false", file=err)
+        try:
+            objects += render_objects(as_submitted(job, namespace))
+        except RenderError as exc:
+            print(f"{path}: {exc}", file=err)
+            return 1
     out.write(render_yaml(objects))
     return 0

@@ -103,3 +103,14 @@ def test_the_cli_renders_into_the_namespace_given(capsys: pytest.CaptureFixture[
     assert main(["render", str(EXAMPLES / "local.yaml"), "-n", "team-b"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert {d["metadata"]["namespace"] for d in docs} == {"team-b"}
+
+
+def test_a_suspended_job_renders_what_it_creates_once_resumed(tmp_path: Path) -> None:
+    manifest = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
+    manifest["spec"]["suspend"] = True
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    out, err = io.StringIO(), io.StringIO()
+    assert render_file(str(path), None, out, err) == 0
+    assert {d["kind"] for d in yaml.safe_load_all(out.getvalue())} == {kind for _, kind in EVERY_CHILD}
+    assert "spec.suspend" in err.getvalue()
