@@ -3,7 +3,8 @@
 # (torch, vLLM, flash-attn, Ray) with mmrl_trainer installed next to it. KubeRay supplies the container command
 # (`ray start ...`), so this image sets no ENTRYPOINT; each attempt's RayJob entrypoint is
 # `python -m mmrl_trainer --config <file> --attempt N` (api/mmrl_api/contract.py).
-# Build from the repository root: docker build -f docker/trainer.Dockerfile -t <registry>/mmrl/trainer:0.1.0 .
+# Build from the repository root (EFA_INSTALLER_SHA256: see docs/trainer-image.md):
+#   docker build -f docker/trainer.Dockerfile --build-arg EFA_INSTALLER_SHA256=<sha256> -t <registry>/mmrl/trainer:0.1.0 .
 
 # SkyRL's source, only for its uv.lock and to build the `skyrl` package: this commit is SkyRL's git tag
 # skyrl-v0.3.0, the release published on PyPI as skyrl 0.3.0 (the version mmrl's SkyRL backend targets).
@@ -22,6 +23,31 @@ ADD --chown=1000:100 https://github.com/NovaSky-AI/SkyRL.git#f5bc3b78dfddfb35287
 FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# EFA for NCCL (docs/trainer-image.md): SkyRL's base image has no libfabric and no aws-ofi-nccl, so NCCL between
+# nodes would fall back to TCP sockets on HyperPod's EFA instances. AWS's EFA installer puts libfabric with its efa
+# provider in /opt/amazon/efa and, since 1.44, the aws-ofi-nccl plugin in /opt/amazon/ofi-nccl/lib64 (the plugin NCCL
+# loads for NCCL_NET_PLUGIN=ofi, which the operator sets on workers that request vpc.amazonaws.com/efa). In a
+# container: no kernel module (--skip-kmod, the host's), no ulimit files (--skip-limit-conf, the runtime's) and no
+# device check at build time (--no-verify). 1.47.0 is the EFA release of SkyRL's own GPU CI image
+# (ci/anyscale_gpu_ci_h100.yaml at skyrl-v0.3.0). The tarball is pinned by version and by the SHA-256 that AWS
+# publishes for it ("Verify the EFA installer using a checksum" in the EC2 user guide), given at build time.
+ARG EFA_INSTALLER_VERSION=1.47.0
+ARG EFA_INSTALLER_SHA256
+USER 0:0
+# hadolint ignore=DL3003
+RUN : "${EFA_INSTALLER_SHA256:?build with --build-arg EFA_INSTALLER_SHA256=<the SHA-256 AWS lists for aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz>, see docs/trainer-image.md}" \
+    && mkdir /tmp/efa && cd /tmp/efa \
+    && curl -fsSLO --retry 3 "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" \
+    && echo "${EFA_INSTALLER_SHA256}  aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" | sha256sum --check --strict \
+    && tar -xf "aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" \
+    && apt-get update \
+    && (cd aws-efa-installer && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify) \
+    && test -x /opt/amazon/efa/bin/fi_info && test -f /opt/amazon/ofi-nccl/lib64/libnccl-net-ofi.so \
+    && cd / && rm -rf /tmp/efa /var/lib/apt/lists/*
+ENV PATH=/opt/amazon/efa/bin:$PATH \
+    LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib64:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
 # The base image's `ray` user (uid 1000, gid 100 as in Ray's images), numeric so runAsNonRoot can verify it.
 USER 1000:100
 WORKDIR /home/ray

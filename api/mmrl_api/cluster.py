@@ -13,6 +13,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from mmrl_api import constants as c
 from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, cel, cel_rules
+from mmrl_api.constants import TRAINER_RAY_VERSION
 from mmrl_api.kube_syntax import (
     LabelValue,
     NonEmptyLabelValue,
@@ -217,8 +218,9 @@ class ClusterSpec(ApiModel):
     hyperpod: bool = True
     """HyperPod mode: keep pods off nodes whose node-health-status is not Schedulable and react to HyperPod's
     health labels. Off for plain EKS (NotReady and node deletion are still handled)."""
-    ray_version: str = Field(default="2.57.0", max_length=32, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
-    """Ray version in the trainer image (KubeRay uses it for compatibility decisions)."""
+    ray_version: str = Field(default=TRAINER_RAY_VERSION, max_length=32, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    """Ray version in the trainer image (KubeRay uses it for compatibility decisions). The default is the Ray of
+    mmrl's trainer image (SkyRL 0.3.0's); set it when your image runs another Ray."""
     pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
 
     @field_validator("worker_groups")

@@ -54,6 +54,10 @@ RAY_API_VERSION = f"{RAY_GROUP}/{RAY_VERSION}"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 RAY_GROUP_LABEL = "ray.io/group"
+# The Ray in the trainer image (docker/trainer.Dockerfile): SkyRL 0.3.0's uv.lock pins ray==2.56.0 and its base image
+# is novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8. A RayCluster's rayVersion must name the Ray its pods run,
+# so spec.cluster.rayVersion defaults to this; tests/unit/packaging/test_dockerfiles.py checks the two agree.
+TRAINER_RAY_VERSION = "2.56.0"
 
 # --- Kueue / HyperPod task governance -------------------------------------------------------------------
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -91,6 +95,15 @@ HEALTH_STATUSES = (
 # --- accelerators ---------------------------------------------------------------------------------------
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# What makes NCCL use EFA in a pod that requests EFA devices (docs/trainer-image.md). libfabric's efa provider only;
+# fork safety for Python processes that fork after libfabric registered memory; and the aws-ofi-nccl plugin, which
+# NCCL loads as libnccl-net-<NCCL_NET_PLUGIN>.so (the EFA installer's file, checked in docker/trainer.Dockerfile).
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi"}
+# GPUDirect RDMA over EFA is forced on only for instance families whose EFA devices support it (p4d/p4de, p5/p5e/
+# p5en, p6): libfabric aborts a process that sets FI_EFA_USE_DEVICE_RDMA=1 on a device without RDMA (g5, g6), and
+# leaves it to the device when unset.
+EFA_RDMA_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
+EFA_RDMA_INSTANCE_FAMILIES = ("p4d", "p5", "p6")
 
 # --- vLLM -----------------------------------------------------------------------------------------------
 # The ranks vLLM's --max-lora-rank accepts; an adapter of rank r is served with the smallest value >= r.

@@ -1,4 +1,4 @@
-"""`mmrl` command line: validate job files offline, inspect a job on the cluster, run the operator.
+"""`mmrl` command line: validate and render job files offline, inspect a job on the cluster, run the operator.
 
 `mmrl validate` uses exactly the models the CRD is generated from, so a file it accepts is one the apiserver
 accepts (and the error paths match what `kubectl apply` would print). Commands that need a cluster import the
@@ -68,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="validate MultimodalRLJob YAML files offline")
     v.add_argument("files", nargs="+")
+    r = sub.add_parser("render", help="print every object the operator would create for a job file, as YAML")
+    r.add_argument("file")
+    r.add_argument("-n", "--namespace", default=None, help="render into this namespace (default: the file's)")
     s = sub.add_parser("status", help="show a job's phase, conditions, attempts, progress and events")
     s.add_argument("name")
     s.add_argument("-n", "--namespace", default=None)
@@ -88,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "validate":
         return validate_files(args.files)
+    if args.command == "render":
+        from mmrl_operator.render import render_file
+
+        return render_file(args.file, args.namespace)
     if args.command == "status":
         from mmrl_operator.status_cli import show_status
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mmrl_api.constants import TRAINER_RAY_VERSION
 from mmrl_local import hyperpod as hp
 
 RAY = ("ray.io", "v1")
@@ -10,7 +11,7 @@ RAY = ("ray.io", "v1")
 def pod_template(*, gpus: int = 0, instance_group: str | None = None, env: dict[str, str] | None = None) -> dict:
     container: dict = {
         "name": "ray",
-        "image": "rayproject/ray:2.57.0",
+        "image": f"rayproject/ray:{TRAINER_RAY_VERSION}",
         "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
     }
     spec: dict = {"containers": [container]}
@@ -34,7 +35,7 @@ def raycluster(
         "kind": "RayCluster",
         "metadata": {"name": name},
         "spec": {
-            "rayVersion": "2.57.0",
+            "rayVersion": TRAINER_RAY_VERSION,
             "headGroupSpec": {
                 "rayStartParams": {"dashboard-host": "0.0.0.0"},
                 "template": pod_template(instance_group="controller", env=head_env),

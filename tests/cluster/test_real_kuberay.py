@@ -90,6 +90,10 @@ def test_kuberay_turns_our_raycluster_for_the_example_job_into_pods_with_our_pla
         ]
         assert contains(pod["spec"]["containers"][0]["volumeMounts"], want["containers"][0]["volumeMounts"])
         assert pod["spec"]["nodeName"] in [cpu_node, *gpu_nodes], component
+    # The head offers Ray no CPU, so SkyRL's entry task lands on a worker: KubeRay passes rayStartParams on
+    # instead of deriving --num-cpus from the head's 8-CPU request.
+    head_start = " ".join(pods["ray-head"]["spec"]["containers"][0].get("args") or [])
+    assert "--num-cpus=0" in head_start and "--num-gpus=0" in head_start, head_start
     worker = pods["ray-worker"]
     assert worker["spec"]["nodeName"] in gpu_nodes  # the p5 instance-type selector, 8 GPUs and 32 EFA requested
     assert worker["spec"]["containers"][0]["resources"]["limits"][c.GPU_RESOURCE] == "8"

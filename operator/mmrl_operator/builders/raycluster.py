@@ -17,6 +17,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob, WorkerGroup
 from mmrl_api import constants as c
 from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.efa import efa_env
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.names import kueue_labels, raycluster_name, service_account_name
@@ -54,6 +55,10 @@ def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
     return fixed + [e.wire() for e in job.spec.trainer.env]
 
 
+def _user_env(job: MultimodalRLJob) -> set[str]:
+    return {e.name for e in job.spec.trainer.env}
+
+
 def _pod_template(
     job: MultimodalRLJob,
     *,
@@ -79,7 +84,7 @@ def _pod_template(
                 "name": container,
                 "image": spec.trainer.image,
                 "imagePullPolicy": spec.trainer.image_pull_policy,
-                "env": _env(job),
+                "env": _env(job) + efa_env(resources, node_selector.get(c.INSTANCE_TYPE_LABEL), _user_env(job)),
                 "envFrom": [e.wire() for e in spec.trainer.env_from],
                 "resources": resources,
                 "volumeMounts": mounts.mounts,
@@ -158,8 +163,11 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
         "rayVersion": cluster.ray_version,
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {
-            # The head schedules no GPU work and must accept dashboard/job submissions from the RayJob submitter.
-            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+            # The head runs no Ray work: with no CPUs or GPUs to offer, SkyRL's entry task (`@ray.remote(num_cpus=1)`
+            # in mmrl_trainer/backends/skyrl.py) and every training actor go to the GPU workers. The RayJob's driver
+            # still runs here, because it requests no entrypoint resources (see builders/rayjob.py). The head must
+            # accept dashboard/job submissions from the RayJob submitter.
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
             "template": _pod_template(
                 job,
                 container="ray-head",

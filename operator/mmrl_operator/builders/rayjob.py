@@ -37,6 +37,10 @@ def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
     # Kueue admits the RayCluster; the RayJob only selects it, so queue labels on it would double-admit.
     labels = {c.LABEL_ATTEMPT: str(attempt)}
     metadata = child_metadata(job, rayjob_name(job.name, attempt), "rayjob", labels)
+    # No entrypointNumCpus, entrypointNumGpus, entrypointMemory or entrypointResources: a job that asks for none
+    # has its driver pinned to the head node with num_cpus=0 (Ray's JobManager.submit_job and _get_label_selector,
+    # ray/dashboard/modules/job/job_manager.py), so the driver needs nothing from the head's num-cpus "0" and
+    # takes no GPU worker's CPU. It only builds the config and waits on SkyRL's entry task, which runs on a worker.
     spec: dict[str, Any] = {
         "clusterSelector": {c.RAY_CLUSTER_LABEL: raycluster_name(job.name)},
         "entrypoint": preflight_entrypoint(job) if attempt == PREFLIGHT_ATTEMPT else trainer_entrypoint(job, attempt),

@@ -55,6 +55,14 @@ def test_raycluster_places_gpu_workers_on_healthy_hyperpod_nodes() -> None:
         assert set(expr["values"]) == {"Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"}
 
 
+def test_the_head_offers_ray_no_resources_and_the_driver_asks_for_none() -> None:
+    # SkyRL's entry task needs a CPU: with none on the head it runs on a worker (tests/trainer/test_ray_placement.py).
+    head = build_raycluster(job())["spec"]["headGroupSpec"]["rayStartParams"]
+    assert (head["num-cpus"], head["num-gpus"]) == ("0", "0")
+    # A driver that requests nothing stays on the head; any entrypoint resource would move it onto a GPU worker.
+    assert not [key for key in build_rayjob(job(), 1)["spec"] if key.startswith("entrypoint") and key != "entrypoint"]
+
+
 def test_kueue_labels_on_cluster_and_every_pod_template() -> None:
     rc = build_raycluster(job())
     want = {c.KUEUE_QUEUE_LABEL: "hyperpod-ns-research-localqueue", c.KUEUE_PRIORITY_LABEL: "training-priority"}

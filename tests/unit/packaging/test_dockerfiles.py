@@ -408,3 +408,99 @@ def test_hadolint_finds_nothing() -> None:
         [binary, "--no-color", *(str(p) for p in DOCKERFILES)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def ray_versions_named(instructions: list[Instruction]) -> dict[str, set[str]]:
+    """Every Ray version the trainer Dockerfile names, by where: the base repository's `ray-X.Y.Z` and any
+    `ray==X.Y.Z` pin in a RUN."""
+    found: dict[str, set[str]] = {"base image": set(), "ray pin": set()}
+    for image, _ in _external_images(instructions):
+        repository, _, _ = _split_image(image)
+        found["base image"] |= set(re.findall(r"ray-(\d+\.\d+\.\d+)", repository))
+    for ins in instructions:
+        if ins.keyword == "RUN":
+            found["ray pin"] |= set(re.findall(r"\bray(?:\[[\w,-]+\])?==(\d+\.\d+\.\d+)", ins.args))
+    return found
+
+
+def test_the_raycluster_ray_version_is_the_trainer_images_ray() -> None:
+    # KubeRay decides on rayVersion, and Ray refuses to join nodes of another version, so the CRD default must be
+    # the Ray that the trainer image's base carries (and that anything in it pins).
+    from mmrl_api.cluster import ClusterSpec
+    from mmrl_api.constants import TRAINER_RAY_VERSION
+
+    found = ray_versions_named(parse(TRAINER))
+    assert found["base image"] == {TRAINER_RAY_VERSION}, found
+    assert found["ray pin"] <= {TRAINER_RAY_VERSION}, found
+    assert ClusterSpec.model_fields["ray_version"].default == TRAINER_RAY_VERSION
+
+
+def test_a_ray_pin_other_than_the_base_images_is_found(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest\nRUN uv pip install 'ray[default]==2.57.0'\n"
+    )
+    assert ray_versions_named(parse(dockerfile)) == {"base image": {"2.56.0"}, "ray pin": {"2.57.0"}}
+
+
+def _final_stage(instructions: list[Instruction]) -> list[Instruction]:
+    return instructions[max(i for i, ins in enumerate(instructions) if ins.keyword == "FROM") :]
+
+
+def efa_problems(instructions: list[Instruction], plugin: str) -> list[str]:
+    """The final stage runs AWS's EFA installer for a container, from AWS, pinned by version and checksum, checks that
+    the NCCL plugin `plugin` landed, and puts the plugin and libfabric on the library path."""
+    final = _final_stage(instructions)
+    args = dict(ins.args.partition("=")[::2] for ins in final if ins.keyword == "ARG")
+    runs = [ins.args for ins in final if ins.keyword == "RUN" and "efa_installer.sh" in ins.args]
+    if not runs:
+        return ["no RUN in the final stage runs AWS's efa_installer.sh"]
+    (run,) = runs
+    problems = []
+    if not re.fullmatch(r"\d+\.\d+\.\d+", args.get("EFA_INSTALLER_VERSION", "")):
+        problems.append(f"EFA_INSTALLER_VERSION={args.get('EFA_INSTALLER_VERSION')!r} is not a pinned release")
+    if "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" not in run:
+        problems.append("the installer is not AWS's tarball at the pinned version")
+    if not re.search(r"\$\{EFA_INSTALLER_SHA256:\?", run) or "sha256sum --check" not in run:
+        problems.append("the tarball's SHA-256 is not required and checked")
+    if "--skip-kmod" not in run:
+        problems.append("the installer builds a kernel module; the host's EFA driver serves the container")
+    if plugin not in run:
+        problems.append(f"the build does not check that {plugin} was installed")
+    library_path = " ".join(re.findall(r"LD_LIBRARY_PATH=(\S+)", " ".join(i.args for i in final if i.keyword == "ENV")))
+    problems += [
+        f"LD_LIBRARY_PATH misses {d}"
+        for d in (str(Path(plugin).parent), "/opt/amazon/efa/lib")
+        if d not in library_path
+    ]
+    return problems
+
+
+def nccl_plugin_file() -> str:
+    """The plugin file NCCL loads for the NCCL_NET_PLUGIN the operator sets on EFA pods: libnccl-net-<name>.so."""
+    from mmrl_api.constants import EFA_ENV
+
+    return f"/opt/amazon/ofi-nccl/lib64/libnccl-net-{EFA_ENV['NCCL_NET_PLUGIN']}.so"
+
+
+def test_the_trainer_image_carries_the_efa_nccl_plugin_the_operator_asks_nccl_to_load() -> None:
+    assert efa_problems(parse(TRAINER), nccl_plugin_file()) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("ARG EFA_INSTALLER_VERSION=1.47.0", "ARG EFA_INSTALLER_VERSION=latest"),
+        ("sha256sum --check", "true"),
+        (" --skip-kmod", ""),
+        ("lib64/libnccl-net-ofi.so", "lib64/libnccl-net.so"),
+        ("/opt/amazon/ofi-nccl/lib64:", ""),
+    ],
+    ids=["unpinned", "no-checksum", "kernel-module", "plugin-unchecked", "plugin-off-the-path"],
+)
+def test_a_trainer_image_without_a_working_efa_plugin_is_reported(tmp_path: Path, old: str, new: str) -> None:
+    text = TRAINER.read_text()
+    assert old in text
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(text.replace(old, new))
+    assert efa_problems(parse(dockerfile), nccl_plugin_file())
