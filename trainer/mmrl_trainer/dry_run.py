@@ -4,7 +4,7 @@ For a user debugging a job (and for tests) the text shows exactly what the backe
 one `key=value` a line, sorted, from the same `skyrl_overrides` the run uses (values that are not strings as JSON),
 or the local backend's TRL and LoRA arguments; the paths; the world size; the expected checkpoint footprint. Nothing
 is read but the config: the data files are named where the run would write them, the model by its configured name
-(a staged copy's path is decided at run time).
+(an s3:// or revision-pinned model is staged at run time: the dry run says where).
 """
 
 from __future__ import annotations
@@ -27,13 +27,20 @@ def _footprint(cfg: TrainerConfig) -> str:
 
 def _skyrl(cfg: TrainerConfig) -> list[str]:
     from mmrl_trainer.backends.skyrl_config import skyrl_environment, skyrl_overrides, skyrl_paths
+    from mmrl_trainer.staging import MODELS_DIR, needs_staging, source_of
 
     paths = skyrl_paths(cfg)
     val = [f"{paths.data}/validation.parquet"] if cfg.dataset.validation else []
     overrides = skyrl_overrides(cfg, train_files=[f"{paths.data}/train.parquet"], val_files=val)
     place = cfg.placement
     gpus = place.num_nodes * max(1, place.gpus_per_node)
+    staging = []
+    if needs_staging(cfg.model):  # the policy path above is then replaced by the staged copy at run time
+        staging = [
+            f"model staging: {source_of(cfg.model)} -> {cfg.checkpoint.dir.rstrip('/')}/{MODELS_DIR}/ (once per job)"
+        ]
     return [
+        *staging,
         f"world size: {gpus} GPUs ({place.num_nodes} node(s) x {max(1, place.gpus_per_node)})",
         f"checkpoint dir: {paths.checkpoint}",
         f"export dir: {paths.export}",

@@ -113,3 +113,14 @@ def test_dry_run_starts_nothing(tmp_path: Path, name: str) -> None:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == [0, []]  # no Ray, SkyRL, torch, TRL, vLLM, API client
+
+
+def test_dry_run_says_where_a_pinned_model_is_staged(tmp_path: Path, capsys) -> None:
+    cfg, path = config_file(tmp_path, "job.yaml", {"spec": {"model": {"revision": "0123abc"}}})
+    assert main(["--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    where = f"{cfg.checkpoint.dir}/models/"
+    assert f"model staging: Qwen/Qwen3-VL-8B-Instruct@0123abc -> {where} (once per job)" in out
+    _, plain = config_file(tmp_path, "job.yaml")
+    assert main(["--config", str(plain), "--dry-run"]) == 0
+    assert "model staging" not in capsys.readouterr().out
