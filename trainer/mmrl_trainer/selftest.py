@@ -217,8 +217,8 @@ def run_selftest(
         from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 
         cfg = tiny_config(work, state["model"], chosen, steps)
-        train_files, val_files = shared_data(cfg)  # where the run puts them
-        checked_skyrl_config(skyrl_overrides(cfg, train_files=train_files, val_files=val_files))
+        data = shared_data(cfg)  # where the run puts them
+        checked_skyrl_config(skyrl_overrides(cfg, train_files=data.train, val_files=data.val))
         return "SkyRL built and validated the settings (validate_cfg)"
 
     def train_and_checkpoint() -> str:

@@ -255,7 +255,8 @@ def test_materialised_skyrl_parquet_has_one_row_per_example(tmp_path: Path) -> N
             )
         }
     )
-    train, val = materialise_data(cfg, tmp_path)
+    train, val, images = materialise_data(cfg, tmp_path)
+    assert images == 1  # one image a prompt: what the image token budget is sized for
     rows = pq.read_table(train[0]).to_pylist()
     assert len(rows) == 6 and len(pq.read_table(val[0]).to_pylist()) == 3
     assert rows[0]["env_class"] == "mmrl_reward"
@@ -324,3 +325,19 @@ def test_skyrl_prompt_dataset_reads_our_rows_and_feeds_our_env(tmp_path: Path) -
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(run.stdout.strip().splitlines()[-1])
     assert rows == [["mmrl_reward", ["image_url", "text"], 1.0, 0.0]] * 3
+
+
+def test_the_image_budget_is_sized_for_the_most_images_one_prompt_carries() -> None:
+    from mmrl_trainer.backends.skyrl import _most_images
+    from mmrl_trainer.data import to_skyrl_rows
+    from mmrl_trainer.synthetic import Example, colour_examples
+
+    one = colour_examples(3, 0)
+    two = Example(prompt="Same colour?", images=[one[0].images[0], one[1].images[0]], answer="no", extra={})
+    assert _most_images(to_skyrl_rows(one, data_source="a")) == 1
+    assert _most_images(to_skyrl_rows([*one, two], data_source="a")) == 2
+    _, cfg = reference_overrides()
+    size = "generator.inference_engine.engine_init_kwargs"
+    cap = {n: skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL, images_per_prompt=n)[size] for n in (1, 2)}
+    longest = {n: c["mm_processor_kwargs"]["size"]["longest_edge"] for n, c in cap.items()}
+    assert longest[2] < longest[1]  # two images a prompt share the same half of maxPromptLength

@@ -34,21 +34,44 @@ from mmrl_trainer.world_size import check_resume_world_size
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
 
 
-def materialise_data(cfg: TrainerConfig, data_dir: Path) -> tuple[list[str], list[str]]:
-    """Write SkyRL VLM parquet files for train/validation; returns their paths."""
+class SkyRLData(NamedTuple):
+    train: list[str]
+    val: list[str]
+    images_per_prompt: int
+    """The most images one prompt carries: what the image token budget must fit (skyrl_config.image_budget)."""
+
+
+def _most_images(rows: list[dict[str, Any]]) -> int:
+    return max(
+        (
+            sum(
+                1
+                for m in r["prompt"]
+                if isinstance(m["content"], list)
+                for p in m["content"]
+                if p["type"] == "image_url"
+            )
+            for r in rows
+        ),
+        default=0,
+    )
+
+
+def materialise_data(cfg: TrainerConfig, data_dir: Path) -> SkyRLData:
+    """Write SkyRL VLM parquet files for train/validation; returns their paths and the most images in a prompt."""
     from mmrl_trainer.data import load_examples, to_skyrl_rows, write_parquet
 
-    train = write_parquet(
-        to_skyrl_rows(load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), data_source=cfg.dataset.train),
-        data_dir / "train.parquet",
-    )
+    rows = to_skyrl_rows(load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), data_source=cfg.dataset.train)
+    train = write_parquet(rows, data_dir / "train.parquet")
+    images = _most_images(rows)
     val: list[str] = []
     if cfg.dataset.validation:
         rows = to_skyrl_rows(
             load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1), data_source=cfg.dataset.validation
         )
         val = [str(write_parquet(rows, data_dir / "validation.parquet"))]
-    return [str(train)], val
+        images = max(images, _most_images(rows))
+    return SkyRLData([str(train)], val, max(1, images))
 
 
 class Exported(NamedTuple):
@@ -58,15 +81,19 @@ class Exported(NamedTuple):
     """Where it lies for serving: export_dir (a mounted path or s3://)."""
 
 
-def shared_data(cfg: TrainerConfig) -> tuple[list[str], list[str]]:
+def shared_data(cfg: TrainerConfig) -> SkyRLData:
     """The parquet files under `<checkpoint.dir>/data/`, where the entry task's node can read them."""
     target = skyrl_paths(cfg).data  # what --dry-run prints
     if not storage.is_s3(target):
         return materialise_data(cfg, Path(target))
     with tempfile.TemporaryDirectory(prefix="mmrl-data-") as tmp:
-        train, val = materialise_data(cfg, Path(tmp))
+        local = materialise_data(cfg, Path(tmp))
         storage.upload_tree(Path(tmp), target)
-    return [storage.join(target, Path(f).name) for f in train], [storage.join(target, Path(f).name) for f in val]
+    return SkyRLData(
+        [storage.join(target, Path(f).name) for f in local.train],
+        [storage.join(target, Path(f).name) for f in local.val],
+        local.images_per_prompt,
+    )
 
 
 def localise_data(skyrl_cfg: Any, dest: Path) -> None:
@@ -148,8 +175,14 @@ def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
     # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
     SkyRLProgress.from_config(cfg, attempt=attempt).started()
     check_resume_world_size(cfg)
-    train_files, val_files = shared_data(cfg)
-    overrides = skyrl_overrides(cfg, train_files=train_files, val_files=val_files, model_path=model_path(cfg))
+    data = shared_data(cfg)
+    overrides = skyrl_overrides(
+        cfg,
+        train_files=data.train,
+        val_files=data.val,
+        model_path=model_path(cfg),
+        images_per_prompt=data.images_per_prompt,
+    )
     skyrl_cfg = checked_skyrl_config(overrides)
     _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
     return export_final_adapter(cfg)
