@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from mmrl_api.base import ApiModel, cel, cel_rules, immutable
@@ -40,8 +40,24 @@ ROOT_RULES = cel_rules(
 )
 
 
+S3_NEEDS_ONE_NODE = (
+    "checkpoints on S3 (checkpoint.s3) limit a SkyRL job to one worker node: after every step SkyRL's vLLM engines "
+    "load the LoRA adapter from a path every Ray pod shares, and S3 is not one; use checkpoint.pvc (e.g. an FSx for "
+    "Lustre claim) or one worker group with replicas 1"
+)
+S3_ONE_NODE_CEL = (
+    "!has(self.checkpoint.s3) || (has(self.trainer) && has(self.trainer.backend) && self.trainer.backend == 'local')"
+    " || !has(self.cluster) || !has(self.cluster.workerGroups) || (size(self.cluster.workerGroups) == 1"
+    " && (!has(self.cluster.workerGroups[0].replicas) || self.cluster.workerGroups[0].replicas == 1))"
+)
+
+
 class JobSpec(ApiModel):
     """A GRPO + LoRA post-training run of a vision-language model, and what to do with the result."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(cel(S3_ONE_NODE_CEL, S3_NEEDS_ONE_NODE, ".checkpoint"))
+    }
 
     model: ModelSpec = Field(json_schema_extra=immutable("model"))
     lora: LoRASpec = Field(default_factory=LoRASpec, json_schema_extra=immutable("lora"))
@@ -56,6 +72,18 @@ class JobSpec(ApiModel):
     """Before the first attempt, run the trainer image's self-test (`python -m mmrl_trainer selftest`: a few GRPO
     steps of a tiny model with checkpoint, resume, export and the adapter check) on this job's own RayCluster, as
     RayJob `<name>-a0`. A failure ends the job Failed (reason InvalidConfig) without spending a restart."""
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _s3_means_one_node(cls, checkpoint: CheckpointSpec, info: ValidationInfo) -> CheckpointSpec:
+        """The Python side of S3_ONE_NODE_CEL (trainer and cluster are validated before checkpoint)."""
+        trainer, cluster = info.data.get("trainer"), info.data.get("cluster")
+        skyrl = trainer is None or trainer.backend == "skyrl"
+        nodes = sum(g.replicas for g in cluster.worker_groups) if cluster is not None else 1
+        if checkpoint.s3 is not None and skyrl and nodes > 1:
+            raise ValueError(S3_NEEDS_ONE_NODE)
+        return checkpoint
+
     suspend: bool = False
     """Stop training (RayJob and RayCluster are deleted, checkpoints kept); false again resumes from the
     latest complete checkpoint without spending a restart."""

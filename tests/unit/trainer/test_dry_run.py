@@ -84,13 +84,10 @@ def test_dry_run_of_the_local_example_prints_its_trl_arguments(tmp_path: Path, c
 
 
 def test_dry_run_refuses_what_the_run_would_refuse_with_the_field(tmp_path: Path, capsys) -> None:
-    patch = {
-        "spec": {
-            "checkpoint": {"pvc": None, "s3": {"uri": "s3://ckpt-bucket/prefix"}},
-            "cluster": {"workerGroups": [{"name": "p5", "replicas": 2, "gpusPerNode": 8}]},
-        }
-    }
-    _, path = config_file(tmp_path, "job.yaml", patch)
+    # Admission refuses this job (spec.checkpoint); a trainer config written by hand still gets the trainer's answer.
+    cfg, path = config_file(tmp_path, "job.yaml", {"spec": {"checkpoint": {"pvc": None, "s3": {"uri": "s3://bkt/p"}}}})
+    cfg = cfg.model_copy(update={"placement": cfg.placement.model_copy(update={"num_nodes": 2})})
+    path.write_text(cfg.to_json())
     assert main(["--config", str(path), "--dry-run"]) == 2
     assert "spec.checkpoint.s3" in capsys.readouterr().err
 

@@ -8,9 +8,7 @@ import json
 
 import pytest
 
-from mmrl_api import MultimodalRLJob
 from mmrl_api.constants import VLLM_LORA_RANKS
-from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import RAY_PG_TIMEOUT_SECONDS, skyrl_environment, skyrl_overrides, skyrl_paths
 from tests.support.corpus import example
@@ -45,9 +43,14 @@ def test_lora_sync_path_and_logs_are_on_the_checkpoint_volume_every_pod_mounts()
     assert o["trainer.policy.model.lora.lora_sync_path"].startswith("/fsx/")
 
 
-def test_multi_node_job_with_s3_checkpoints_is_refused_naming_the_field() -> None:
-    cfg = build_trainer_config(MultimodalRLJob.model_validate(merge_patch(example("job.yaml"), two_nodes(S3))))
-    assert cfg.placement.num_nodes == 2
+def test_multi_node_job_with_s3_checkpoints_is_refused_at_admission_and_by_the_trainer() -> None:
+    from mmrl_api.job import validate_manifest
+
+    _, errors = validate_manifest(merge_patch(example("job.yaml"), two_nodes(S3)))
+    assert [e.path for e in errors] == ["spec.checkpoint"] and "one worker node" in errors[0].message
+    # A config written by hand (admission never saw it) is refused by the trainer too, naming the field.
+    _, cfg = reference_overrides(S3)
+    cfg = cfg.model_copy(update={"placement": cfg.placement.model_copy(update={"num_nodes": 2})})
     with pytest.raises(ValueError, match=r"spec\.checkpoint\.s3: .*2 nodes"):
         skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL)
 
