@@ -12,6 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [str(ROOT / d) for d in ("api", "operator", "trainer", "local")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*SOURCES, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+# Nothing a test starts phones home (Ray, vLLM, the HF hub, anything honouring DO_NOT_TRACK), in this process or its
+# children.
+for _name, _value in {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+}.items():
+    os.environ[_name] = _value
 
 # Control plane, namespace, nodes, stand-in and operator fixtures for tests/cluster and tests/e2e (lazy: unit tests
 # never start anything).
