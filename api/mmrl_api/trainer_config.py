@@ -54,6 +54,12 @@ class Placement(_Strict):
     num_nodes: int = Field(default=1, ge=1)
     gpus_per_node: int = Field(default=0, ge=0)
 
+    @property
+    def world_size(self) -> int:
+        """GPUs one SkyRL attempt trains on (FSDP world size, one vLLM engine each): every GPU of every worker,
+        at least one per node."""
+        return self.num_nodes * max(1, self.gpus_per_node)
+
 
 class TrainerConfig(_Strict):
     version: Literal[1] = CONFIG_VERSION

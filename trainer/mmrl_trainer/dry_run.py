@@ -33,7 +33,6 @@ def _skyrl(cfg: TrainerConfig) -> list[str]:
     val = [f"{paths.data}/validation.parquet"] if cfg.dataset.validation else []
     overrides = skyrl_overrides(cfg, train_files=[f"{paths.data}/train.parquet"], val_files=val)
     place = cfg.placement
-    gpus = place.num_nodes * max(1, place.gpus_per_node)
     staging = []
     if needs_staging(cfg.model):  # the policy path above is then replaced by the staged copy at run time
         staging = [
@@ -41,7 +40,7 @@ def _skyrl(cfg: TrainerConfig) -> list[str]:
         ]
     return [
         *staging,
-        f"world size: {gpus} GPUs ({place.num_nodes} node(s) x {max(1, place.gpus_per_node)})",
+        f"world size: {place.world_size} GPUs ({place.num_nodes} node(s) x {max(1, place.gpus_per_node)})",
         f"checkpoint dir: {paths.checkpoint}",
         f"export dir: {paths.export}",
         f"data dir: {paths.data}",

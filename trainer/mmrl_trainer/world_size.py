@@ -33,12 +33,6 @@ class SavedCheckpoint:
     """None when the step records none (not an FSDP save): nothing to compare."""
 
 
-def attempt_world_size(cfg: TrainerConfig) -> int:
-    """The policy's FSDP world size for this attempt: every GPU of every worker (skyrl_config places the policy on
-    num_nodes x gpus_per_node)."""
-    return cfg.placement.num_nodes * max(1, cfg.placement.gpus_per_node)
-
-
 def saved_world_size(policy_dir: str) -> int | None:
     """The world size a SkyRL policy checkpoint was saved with: its fsdp_config.json, else its shard names."""
     text = storage.read_text(storage.join(policy_dir, FSDP_CONFIG))
@@ -66,7 +60,7 @@ def world_size_error(saved: SavedCheckpoint | None, cfg: TrainerConfig) -> str |
     """Why this attempt cannot resume `saved`, or None when it can (or starts from scratch)."""
     if cfg.resume != "latest" or saved is None or saved.world_size is None:
         return None
-    current = attempt_world_size(cfg)
+    current = cfg.placement.world_size
     if current == saved.world_size:
         return None
     place = cfg.placement

@@ -100,7 +100,6 @@ def skyrl_overrides(
     SkyRL loads policy, ref and vLLM from it. `images_per_prompt`: the most images one prompt of the data carries,
     for the image token budget."""
     algo, lora, place = cfg.algorithm, cfg.lora, cfg.placement
-    gpus = place.num_nodes * max(1, place.gpus_per_node)
     model = model_path or cfg.model.name.removeprefix("hf://")
     paths = skyrl_paths(cfg)
     budget = image_budget(algo.max_prompt_length, images_per_prompt)
@@ -137,7 +136,7 @@ def skyrl_overrides(
         "trainer.placement.ref_num_gpus_per_node": max(1, place.gpus_per_node),
         # One vLLM engine per GPU: an 8B model fits one GPU, and more engines means more rollout throughput.
         "generator.inference_engine.backend": "vllm",
-        "generator.inference_engine.num_engines": gpus,
+        "generator.inference_engine.num_engines": place.world_size,
         "generator.inference_engine.tensor_parallel_size": 1,
         # SkyRL sets vLLM's max_lora_rank to the LoRA rank and then applies engine_init_kwargs over its args
         # (backends/skyrl_train/inference_servers/utils.py:build_vllm_cli_args), but vLLM accepts only a few
