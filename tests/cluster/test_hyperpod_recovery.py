@@ -18,7 +18,7 @@ from mmrl_local import nodes
 from mmrl_operator.names import config_map_name
 from tests.cluster.test_faults import ray_pod, start_training
 from tests.cluster.test_kueue import kueue_sets_suspend
-from tests.support.jobspecs import cluster_job
+from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -152,7 +152,7 @@ def test_ray_pods_prefer_nodes_whose_deep_health_check_passed(jobs, operator, ku
     (checking,) = hyperpod_nodes.gpu(1)
     nodes.start_deep_health_check(core, checking)
     kuberay.script("geo-a*", "hang")
-    jobs.create(cluster_job("geo", workers=2))
+    jobs.create(cluster_job("geo", MULTI_NODE, workers=2))
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
     workers = core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
     # Two of seven GPU nodes: by chance both would land on the vetted ones once in 21 runs.

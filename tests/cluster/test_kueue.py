@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from tests.support.jobspecs import cluster_job
+from mmrl_operator.jsonmerge import merge_patch
+from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -30,7 +31,8 @@ def suspend_managers(rc: dict) -> set[str]:
 def test_kueue_queues_admits_and_preempts_without_spending_budgets(jobs, operator, kuberay, nodes_ready, custom):
     kuberay.script("geo-a1", "hang")
     kuberay.script("geo-a2", "succeed-after=1")
-    jobs.create(cluster_job("geo", {"spec": {"cluster": {"kueue": {"queueName": "team-queue"}}}}))
+    queued = {"spec": {"cluster": {"kueue": {"queueName": "team-queue"}}}}
+    jobs.create(cluster_job("geo", merge_patch(MULTI_NODE, queued)))
     wait_until(lambda: jobs.ray_names("rayclusters") == ["geo"], 30, what="the RayCluster")
     kueue_sets_suspend(custom, jobs.ns, "geo", True)  # not admitted yet
     wait_until(lambda: jobs.status("geo").get("phase") == "Queued", 30, what="phase Queued")

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from tests.support.jobspecs import cluster_job
+from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.operator import phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -86,9 +86,9 @@ def test_spec_update_propagates_and_immutable_fields_are_rejected(jobs, operator
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(3)
     kuberay.script("geo-a*", "hang")
-    jobs.create(cluster_job("geo"))
+    jobs.create(cluster_job("geo", MULTI_NODE))
     wait_until(lambda: jobs.ray_names("rayjobs") == ["geo-a1"], 60)
-    spec = cluster_job("geo")["spec"]["cluster"]["workerGroups"]
+    spec = cluster_job("geo", MULTI_NODE)["spec"]["cluster"]["workerGroups"]
     spec[0]["replicas"] = 2
     jobs.patch("geo", {"spec": {"cluster": {"workerGroups": spec}}})
     # The running attempt keeps the cluster it started on; the change is reported and waits for the attempt to end

@@ -56,7 +56,9 @@ def skyrl_verdicts() -> dict[str, Any]:
 
 def test_the_reference_example_and_the_good_specs_are_all_checked() -> None:
     assert "examples/job.yaml" in JOBS
-    assert sum(case.startswith("good_specs/") for case in JOBS) == len(good_cases())
+    skyrl_cases = [c for c in good_cases() if bad_manifest(c)["spec"]["trainer"].get("backend", "skyrl") == "skyrl"]
+    assert len(skyrl_cases) >= len(good_cases()) - 2  # only the cases that are about the local backend are left out
+    assert sum(case.startswith("good_specs/") for case in JOBS) == len(skyrl_cases)
 
 
 @pytest.mark.parametrize("case", sorted(JOBS))

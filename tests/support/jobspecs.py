@@ -8,6 +8,11 @@ from typing import Any
 from mmrl_operator.jsonmerge import merge_patch
 from tests.support.corpus import example
 
+# A job on more than one worker node: admission refuses multi-node SkyRL with S3 checkpoints (its engines load each
+# step's adapter from a path every pod shares), so such tests train with the local backend. The operator's handling
+# of clusters, nodes and attempts is the same for both backends.
+MULTI_NODE = {"spec": {"trainer": {"backend": "local"}}}
+
 
 def cluster_job(name: str, patch: dict[str, Any] | None = None, *, workers: int = 1) -> dict[str, Any]:
     base = example()
