@@ -31,8 +31,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
-from mmrl_local import podnet, podrun
-from mmrl_local.kubelet_pod import POD_HOME, PodWorker
+from mmrl_local import images, podnet
+from mmrl_local.kubelet_pod import PodWorker
 
 log = logging.getLogger("mmrl_local.kubelet")
 POD_RANGE = ipaddress.ip_network("10.244.128.0/17")  # kwok hands out podnet.KWOK_POD_CIDR, the other half
@@ -98,12 +98,6 @@ def node_status(node: dict[str, Any], heartbeat: str) -> dict[str, Any]:
     }
 
 
-def image_environment() -> dict[str, str]:
-    """What "the image" sets here: this checkout's Python environment (``podrun.local_image_env``), with the
-    home of the image's user, not this machine's."""
-    return {**podrun.local_image_env(), "HOME": POD_HOME}
-
-
 class Kubelet:
     """``start()`` it (or use it as a context manager); ``close()`` stops every pod it runs."""
 
@@ -121,7 +115,7 @@ class Kubelet:
         self.coord = client.CoordinationV1Api(api)
         self.discovery = client.DiscoveryV1Api(api)
         self.network, self.workdir = network, workdir
-        self.image_env = image_env or (lambda _image: image_environment())
+        self.image_env = image_env or images.image_env
         self.poll, self.heartbeat = poll, heartbeat
         self.workers: dict[str, PodWorker] = {}
         self._ips: dict[str, str] = {}  # pod uid -> the IP this kubelet gave it
@@ -271,3 +265,16 @@ class Kubelet:
             }
             with contextlib.suppress(ApiException):
                 self.coord.create_namespaced_lease("kube-node-lease", body)
+
+
+def running_pod(core: client.CoreV1Api, namespace: str, selector: str) -> dict | None:
+    """The newest Running pod with an IP matching ``selector``, as a plain dict."""
+    pods = [
+        p
+        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+        if p.status and p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp
+    ]
+    if not pods:
+        return None
+    newest = max(pods, key=lambda p: p.metadata.creation_timestamp)
+    return core.api_client.sanitize_for_serialization(newest)

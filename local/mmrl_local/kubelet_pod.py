@@ -32,12 +32,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import etchosts, podnet, podrun, procs
+from mmrl_local.images import POD_HOME
 from mmrl_local.mountns import Mount
 from mmrl_local.probes import ProbeState
 
 log = logging.getLogger("mmrl_local.kubelet")
 BACKOFF_MAX = 10.0
-POD_HOME = "/home/ray"  # the home of the Ray images' user, unless the image's environment names another
 
 
 def now_iso() -> str:
