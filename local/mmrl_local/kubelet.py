@@ -119,6 +119,7 @@ class Kubelet:
         self.poll, self.heartbeat = poll, heartbeat
         self.workers: dict[str, PodWorker] = {}
         self._ips: dict[str, str] = {}  # pod uid -> the IP this kubelet gave it
+        self._cursor = 0
         self._beats: dict[str, float] = {}
         self._reported: dict[str, str] = {}  # node -> the Ready status last written
         self._stop = threading.Event()
@@ -209,8 +210,12 @@ class Kubelet:
         if current:
             self._ips[uid] = current
             return pod
+        # Round robin over the range, as an IPAM does, so a freed address is not handed out again at once.
         taken = used | set(self._ips.values()) | {podnet.GATEWAY}
-        address = next(str(a) for a in POD_RANGE.hosts() if str(a) not in taken)
+        hosts = list(POD_RANGE.hosts())
+        start = self._cursor % len(hosts)
+        index = next(i for i in [*range(start, len(hosts)), *range(start)] if str(hosts[i]) not in taken)
+        address, self._cursor = str(hosts[index]), index + 1
         self._ips[uid] = address
         used.add(address)
         pod.setdefault("status", {})

@@ -171,8 +171,8 @@ class PodWorker:
     def _run(self) -> None:
         try:
             self._write_status()
-            self.sandbox = self.network.sandbox(self.pod)
-            if self._run_init_containers():
+            self.sandbox = self._sandbox()
+            if self.sandbox is not None and self._run_init_containers():
                 self.initialized = True
                 self._supervise()
         except Exception as err:  # the pod fails; the kubelet goes on with the others
@@ -182,6 +182,18 @@ class PodWorker:
                 self._write_status()
         finally:
             self._teardown()
+
+    def _sandbox(self) -> podnet.Sandbox | None:
+        """The pod's network namespace; while a gone pod's namespace with the same IP is still being removed, wait
+        for it (as a CNI plugin would not hand out an address still in use)."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return self.network.sandbox(self.pod)
+            except podnet.PodNetError:
+                if time.monotonic() > deadline or self._stopping():
+                    raise
+            time.sleep(0.5)
 
     def _spawn(self, c: Container, kind: str) -> None:
         materialiser = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, self.image_env(c.spec["image"]))

@@ -31,6 +31,7 @@ from pathlib import Path
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWPID = 0x00020000, 0x04000000, 0x20000000
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 MNT_DETACH = 2
+PR_SET_PDEATHSIG = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -206,6 +207,7 @@ def main(argv: list[str]) -> int:
         child = os.fork()  # the first child is PID 1 of the new namespace
         if child:
             return _wait_for_pid_one(child)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the launcher killed: the container (all of it) goes too
     if spec.hostname:
         name = spec.hostname.encode()
         _check(_libc.sethostname(name, len(name)), f"sethostname({spec.hostname})")
