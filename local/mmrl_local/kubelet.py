@@ -166,9 +166,6 @@ class Kubelet:
         seen = {p["metadata"]["uid"] for p in mine}
         for uid in [u for u in self.workers if u not in seen]:  # deleted, or its node went (pods go with it)
             self.workers.pop(uid).stop(wait=False)
-        for uid, worker in list(self.workers.items()):
-            if not worker.alive() and uid not in seen:
-                self.workers.pop(uid)
         self._forget_ips(seen)
         used = {(p.get("status") or {}).get("podIP") for p in pods}
         namespaces = {p["metadata"]["namespace"] for p in mine}
@@ -176,6 +173,10 @@ class Kubelet:
         for pod in mine:
             uid = pod["metadata"]["uid"]
             worker = self.workers.get(uid)
+            if worker is not None and not worker.alive():  # it ended (Succeeded/Failed): only a delete is left
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._finish_delete(pod)
+                continue
             if worker is not None:
                 worker.update(pod)
                 worker.refresh_hosts(*services[pod["metadata"]["namespace"]])
@@ -210,8 +211,10 @@ class Kubelet:
         if current:
             self._ips[uid] = current
             return pod
-        # Round robin over the range, as an IPAM does, so a freed address is not handed out again at once.
-        taken = used | set(self._ips.values()) | {podnet.GATEWAY}
+        # Round robin over the range, as an IPAM does, so a freed address is not handed out again at once; an
+        # address another run on this machine routes to its own bridge is skipped too.
+        routed = {r.get("dst") for r in podnet.ip_json("route", "show", "root", str(POD_RANGE))}
+        taken = used | routed | set(self._ips.values()) | {podnet.GATEWAY}
         hosts = list(POD_RANGE.hosts())
         start = self._cursor % len(hosts)
         index = next(i for i in [*range(start, len(hosts)), *range(start)] if str(hosts[i]) not in taken)
