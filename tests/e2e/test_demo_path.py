@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from mmrl_local import build, podnet
 from mmrl_local.demo import Demo
@@ -79,9 +80,11 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
 def ray_jobs(api_client, namespace: str, cluster: str) -> dict[str, str]:
     """Ray's own job list, from the head's dashboard through the apiserver's service proxy: submission id ->
     status."""
-    path = f"/api/v1/namespaces/{namespace}/services/{cluster}-head-svc:dashboard/proxy/api/jobs/"
-    data, _, _ = api_client.call_api(path, "GET", auth_settings=["BearerToken"], response_type="object")
-    return {j["submission_id"]: j["status"] for j in data if j.get("submission_id")}
+    core = client.CoreV1Api(api_client)
+    resp = core.connect_get_namespaced_service_proxy_with_path(
+        f"{cluster}-head-svc:dashboard", namespace, "api/jobs/", _preload_content=False
+    )
+    return {j["submission_id"]: j["status"] for j in json.loads(resp.data) if j.get("submission_id")}
 
 
 def assert_ran_on_real_ray(d: Demo, api_client, namespace: str, summary) -> None:
