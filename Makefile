@@ -118,7 +118,7 @@ up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
-demo: bins ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/)
+demo: bins kuberay ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/)
 	$(VPY) -m mmrl_local.demo --out demo-out
 
 # Sizes of `make bench` (not part of `make test`): 30-45 minutes on 2 shared cores (+4.5 min to compile KubeRay
@@ -129,7 +129,7 @@ BENCH_MEMORY ?= --jobs 1000 --nodes 500
 BENCH_CHAOS_JOBS ?= 50
 BENCH_VALIDATION_SPECS ?= 5000
 
-bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos, trainer, validation agreement -> docs/benchmarks.md
+bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS)
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --profile
 	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS)
@@ -138,6 +138,7 @@ bench: bins kuberay ## latency vs real KubeRay, profile, recovery, memory, chaos
 	$(VPY) bench/trainer_step.py
 	$(VPY) bench/podnet.py
 	$(VPY) bench/validation_agreement.py --specs $(BENCH_VALIDATION_SPECS)
+	$(VPY) bench/demo.py
 	$(VPY) bench/report.py
 
 # Before/after of an operator change: this checkout's bench/ and local/ drive the operator and API of BEFORE (a git

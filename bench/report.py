@@ -192,6 +192,27 @@ def section_podnet(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def section_demo(r: dict[str, Any]) -> list[str]:
+    t, goal = r["timings_s"], r["targets"]
+    rows = [f"| {name} | {seconds} |" for name, seconds in t.items()]
+    return [
+        "## The demo's phases (`make demo`: real KubeRay and Ray, warm caches)",
+        "",
+        "Seconds since the job was applied, except where a phase says what it is measured from.",
+        "",
+        "| phase | s |",
+        "|---|---|",
+        *rows,
+        f"| whole `make demo` | {r['wall_s']} |",
+        "",
+        f"Goals: the whole demo ≤ {goal['wall_s']:.0f} s ({verdict(r['wall_s'], goal['wall_s'])}); fault → first "
+        f"new step ≤ {goal['resume_ratio']}x the cold start's time to its first step: {r['resume_ratio']}x "
+        f"({verdict(r['resume_ratio'], goal['resume_ratio'])}). Ray submissions: "
+        + ", ".join(f"{k} = {v}" for k, v in r["submissions"].items())
+        + ".",
+    ]
+
+
 def section_validation(r: dict[str, Any]) -> list[str]:
     return [
         f"## Validation agreement: `mmrl validate` vs the apiserver ({r['specs']} generated specs)",
@@ -306,6 +327,7 @@ def render(res: dict[str, dict[str, Any]], notes: str, compare: list[str] | None
         ("trainer", section_trainer),
         ("podnet", section_podnet),
         ("validation-agreement", section_validation),
+        ("demo", section_demo),
     )
     lines += [*(compare or []), ""] if compare else []
     for name, render_section in sections:

@@ -3,13 +3,16 @@ replacement, with a summary at the end.
 
 The steps are the product's, not the demo's: a hostPath volume stands in for the FSx claim and holds the tiny
 offline Qwen3-VL, `kubectl apply -f examples/local.yaml` submits the job, the real operator (a subprocess) builds
-the RayCluster and RayJobs, and the KubeRay stand-in runs each RayJob's entrypoint inside the Ray head pod's view
-(`podrun`) and its network namespace (`podnet`), so the trainer reads its ConfigMap at /etc/mmrl, writes
-checkpoints to the claim at its mountPath and reports progress with the pod's ServiceAccount token. Once the
-trainer has written a checkpoint, the node hosting the trainer goes through what HyperPod does to a failing
-instance (UnschedulablePendingReplacement → NotReady → deleted → a new instance joins); the operator stops the
-attempt and the next one resumes from that checkpoint. The inference pod's init container and vLLM server run in
-that pod's own network namespace too.
+the RayCluster and RayJobs, and the REAL KubeRay operator (v1.5.1, `--use-kubernetes-proxy`) turns them into Ray
+pods and a submitter Job. The nodes are run by `kubelet`, so those pods run for real with their own commands: the
+head's `ray start --head`, the worker's `ray start --address=...`, the submitter's `ray job submit`, each in its
+pod's network, mount, UTS and PID namespaces; Ray's job manager starts the trainer as the job's driver on the
+head, where it reads its ConfigMap at /etc/mmrl, writes checkpoints to the claim at its mountPath and reports
+progress with the pod's ServiceAccount token. Once the trainer has written a checkpoint, the node hosting the
+head goes through what HyperPod does to a failing instance (UnschedulablePendingReplacement → NotReady → deleted
+→ a new instance joins): its pods' processes are killed and their namespaces removed, KubeRay recreates the head
+on the new node, the operator stops the attempt through KubeRay and the next one resumes from that checkpoint.
+The inference pod's init container and vLLM server run on a kubelet node too.
 
 `Demo` is also what tests/e2e drives, with shorter settings, on the test session's control plane.
 """
@@ -33,7 +36,7 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import nodes, podnet, storage
+from mmrl_local import nodes, storage
 from mmrl_local.plot import line_chart
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer import checkpoint as ckpt
@@ -60,13 +63,19 @@ class Summary:
     timings: dict[str, float] = field(default_factory=dict)
     served: dict[str, Any] = field(default_factory=dict)
     """The serving step: adapter name, URL, vLLM args, the question, the answer and its latency."""
+    kuberay: str = ""
+    submissions: dict[str, str] = field(default_factory=dict)
 
     def render(self) -> str:
         lines = [f"job {self.name}: {self.phase} in {self.wall_seconds:.0f} s"]
+        if self.kuberay:
+            lines.append(f"  KubeRay {self.kuberay} (the real operator) and Ray: every attempt a real Ray job")
         for a in self.attempts:
             why = f", stopped by {a['failure']} fault on {a.get('node')}" if a.get("failure") else ""
             resumed = f", resumed from step {a['resumedFromStep']}" if a.get("resumedFromStep") is not None else ""
-            lines.append(f"  attempt {a['index']} ({a['cause']}{resumed}): {a['result']}{why}")
+            submission = self.submissions.get(a.get("rayJob") or "")
+            ray_id = f" [RayJob {a.get('rayJob')}, Ray submission {submission}]" if submission else ""
+            lines.append(f"  attempt {a['index']} ({a['cause']}{resumed}): {a['result']}{why}{ray_id}")
         if self.fault:
             lines.append(f"  node fault: {self.fault}")
         if self.resumed_from_step is not None:
@@ -82,12 +91,13 @@ class Summary:
         if self.served:
             sv = self.served
             lines.append(
-                f"  serving: {sv['model']} (adapter on {sv['base_model']}) at {sv['url']}; vLLM listened "
-                f"{sv['vllm_ready_seconds']:.0f} s after start, InferenceReady {sv['ready_seconds']:.0f} s after "
-                "training ended"
+                f"  serving: {sv['model']} (adapter on {sv['base_model']}) at {sv['url']}; InferenceReady "
+                f"{sv['ready_seconds']:.0f} s after training ended"
             )
             lines.append(f"  asked ({sv['image']}): {sv['question']!r}")
             lines.append(f"  answer: {sv['answer'].strip()!r} in {sv['answer_seconds'] * 1000:.0f} ms (OpenAI client)")
+        if self.timings:
+            lines.append("  timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
 
@@ -103,8 +113,6 @@ class Demo:
         out_dir: Path,
         overrides: dict[str, Any] | None = None,
         say: Callable[[str], None] = print,
-        network: podnet.PodNetwork | None = None,
-        network_note: str = "",
     ) -> None:
         self.api, self.core = api, client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -122,7 +130,8 @@ class Demo:
         self._last_line = ""
         self.served: dict[str, Any] = {}
         self.inference: Any = None
-        self.network, self.network_note = network, network_note
+        self.submissions: dict[str, str] = {}  # RayJob name -> the Ray submission id KubeRay gave it
+        self.checkpoint_at_fault = 0
 
     # --- setup -----------------------------------------------------------------------------------------------
 
@@ -161,8 +170,35 @@ class Demo:
         pod_dir = (self.job().get("status") or {}).get("jobDir")
         return self.host_dir(pod_dir) if pod_dir else None
 
+    def observe(self, st: dict[str, Any]) -> None:
+        """Record what KubeRay and the trainer report: Ray submission ids and the phase timings."""
+        elapsed = time.monotonic() - self.started
+        mark = lambda key: self.timings.setdefault(key, elapsed)  # noqa: E731
+        since_fault = lambda key: self.timings.setdefault(key, elapsed - self.timings["fault"])  # noqa: E731
+        for rj in self.custom.list_namespaced_custom_object("ray.io", "v1", self.ns, "rayjobs")["items"]:
+            job_id = (rj.get("status") or {}).get("jobId")
+            if rj["metadata"]["name"].startswith(f"{self.name}-a") and job_id:
+                self.submissions.setdefault(rj["metadata"]["name"], job_id)
+        clusters = self.custom.list_namespaced_custom_object("ray.io", "v1", self.ns, "rayclusters")["items"]
+        head_ready = any(
+            x.get("type") == "HeadPodReady" and x.get("status") == "True"
+            for rc in clusters
+            for x in (rc.get("status") or {}).get("conditions") or []
+        )
+        prog = st.get("progress") or {}
+        if head_ready:
+            mark("Ray head ready")
+        if (prog.get("step") or 0) > 0:
+            mark("first step")
+        if "fault" in self.timings:
+            if (st.get("attempt") or 0) >= 2 and st.get("phase") == "Running":
+                since_fault("fault -> next attempt running")
+            if (prog.get("attempt") or 0) >= 2 and (prog.get("step") or 0) > self.checkpoint_at_fault:
+                since_fault("fault -> first new step")
+
     def show(self) -> dict[str, Any]:
         st = self.job().get("status") or {}
+        self.observe(st)
         prog = st.get("progress") or {}
         reward = prog.get("rewardMean")
         line = (
@@ -195,6 +231,7 @@ class Demo:
 
         step = self.wait(sealed, timeout, "no checkpoint was written")
         self.timings["first checkpoint"] = time.monotonic() - self.started
+        self.checkpoint_at_fault = step
         return step
 
     def trainer_node(self) -> str:
@@ -270,48 +307,49 @@ class Demo:
             fault=self.fault,
             timings=dict(self.timings),
             served=dict(self.served),
+            submissions=dict(self.submissions),
         )
 
     # --- serving -------------------------------------------------------------------------------------------
 
     def serve(self, timeout: float) -> dict[str, Any]:
-        """Be the kubelet of the inference pod (init container, then vLLM on CPU), wait until the operator sees
-        the adapter in /v1/models through the Service (InferenceReady), then ask one image question."""
-        from mmrl_local.inference_kubelet import InferencePod, running_pod
+        """The kubelet runs the inference pod (its init container checks the adapter, then vLLM on CPU); wait until
+        the operator sees the adapter in /v1/models through the Service (InferenceReady), then ask one image
+        question."""
+        from mmrl_local.kubelet import running_pod
         from mmrl_local.vllm_cpu import ensure
         from mmrl_trainer.synthetic import QUESTION, colour_image
 
         trained_at = time.monotonic()
         selector = f"{c.LABEL_JOB}={self.name},{c.LABEL_COMPONENT}=inference"
         pod = self.wait(lambda _: running_pod(self.core, self.ns, selector), timeout, "no running inference pod")
-        ensure()
-        assert self.network is not None, "serving runs a pod for real: it needs the run's pod network"
-        self.inference = InferencePod(self.api, pod, self.out_dir / "inference", self.network)
         vllm = next(x for x in pod["spec"]["containers"] if x["name"] == "vllm")
         self.say(f"inference pod {pod['metadata']['name']} ({pod['status']['podIP']}): adapter check, then")
         self.say("  " + " ".join(vllm["command"] + vllm["args"]))
-        self.inference.start()
-        vllm_ready = self.inference.wait_listening(timeout)
         self.wait(
             lambda st: any(x["type"] == "InferenceReady" and x["status"] == "True" for x in st.get("conditions") or []),
             timeout,
             "InferenceReady never became True",
         )
+        self.timings["training end -> InferenceReady"] = time.monotonic() - trained_at
         inference = (self.job().get("status") or {}).get("inference") or {}
         image = self.out_dir / "question-red.png"
         colour_image("red", random.Random(0)).save(image)
         ask = Path(__file__).with_name("ask.py")
-        base_url = f"http://{pod['status']['podIP']}:{self.inference.port()}/v1"
+        port = int(vllm["ports"][0]["containerPort"])
+        base_url = f"http://{pod['status']['podIP']}:{port}/v1"
         cmd = [str(ensure() / "python"), str(ask), "--base-url", base_url, "--model", inference["model"]]
         reply = json.loads(
             subprocess.run([*cmd, "--image", str(image), QUESTION], capture_output=True, text=True, check=True).stdout
         )
+        self.inference = pod
         self.served = {
             "model": inference["model"],
             "base_model": inference.get("baseModel"),
             "url": inference["url"],
+            "pod_ip": pod["status"]["podIP"],
+            "port": port,
             "vllm_args": vllm["args"],
-            "vllm_ready_seconds": vllm_ready,
             "ready_seconds": time.monotonic() - trained_at,
             "image": image.name,
             "question": QUESTION,
@@ -321,8 +359,7 @@ class Demo:
         return self.served
 
     def close(self) -> None:
-        if getattr(self, "inference", None) is not None:
-            self.inference.stop()
+        """Nothing of the demo's own to stop: the kubelet runs every pod."""
 
     def run(self, *, fault: bool = True, timeout: float = 900) -> Summary:
         self.prepare_volume()
@@ -332,10 +369,7 @@ class Demo:
             self.say(f"checkpoint step {step} sealed on the volume")
             self.replace_trainer_node()
         if self.wait_done(timeout) == "Serving":
-            if self.network is None:
-                self.say(f"skipping the vLLM server: {self.network_note or 'no pod network'}")
-            else:
-                self.serve(timeout)
+            self.serve(timeout)
         return self.summary()
 
 
@@ -352,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     from mmrl_local import build
     from mmrl_local.controlplane import ControlPlane
     from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
-    from mmrl_local.kuberay_standin import KubeRayStandIn
+    from mmrl_local.kubelet import Kubelet
+    from mmrl_local.kuberay_operator import KubeRayOperator
     from mmrl_local.operator_process import OperatorProcess
 
     t0 = time.monotonic()
@@ -362,23 +397,32 @@ def main(argv: list[str] | None = None) -> int:
     work = build.cache_root() / "run" / "demo"
     shutil.rmtree(work, ignore_errors=True)
     binaries = build.build(verbose=False)
+    kuberay = build.build_kuberay()
     print(f"control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok ({binaries.kube_version})")
     (work / "cluster").mkdir(parents=True)
     with ControlPlane(binaries=binaries, workdir=work / "cluster") as cp:
-        if cp.network_note:
-            print(f"{cp.network_note}; the trainer shares this machine's network and vLLM is not run")
+        if cp.pod_network is None:
+            print(f"the demo runs its pods for real and needs pod network namespaces: {cp.network_note}")
+            return 2
+        control_plane_up = time.monotonic() - t0
         api = cp.api_client()
         core = client.CoreV1Api(api)
-        head = nodes.create_cpu_node(core)
-        gpus = nodes.create_gpu_nodes(core, 2)
-        print(f"fake HyperPod nodes: {head} (controller) and {', '.join(gpus)} (ml.p5.48xlarge)")
         install_mmrl_crd(api)
         install_trainer_status_policy(api)
         with (
-            KubeRayStandIn(api, mode="run", log_dir=out / "rayjob-logs", network=cp.pod_network),
+            Kubelet(api, cp.pod_network, out / "pods"),
+            KubeRayOperator(
+                api, cp.kubeconfig, out / "kuberay.log", binary=kuberay, extra_args=["--use-kubernetes-proxy"]
+            ),
             OperatorProcess(cp.kubeconfig, out / "operator.log", namespaces=[]),
         ):
-            print(f"operator running (log {out / 'operator.log'}); KubeRay stand-in in run mode")
+            head = nodes.create_cpu_node(core, kubelet=True)
+            gpus = nodes.create_gpu_nodes(core, 2, kubelet=True)
+            print(f"HyperPod nodes run by the local kubelet: {head} (controller), {', '.join(gpus)} (ml.p5.48xlarge)")
+            print(f"operator running (log {out / 'operator.log'})")
+            print(
+                f"KubeRay {build.KUBERAY_VERSION} running (log {out / 'kuberay.log'}); pods and logs in {out / 'pods'}"
+            )
             demo = Demo(
                 api,
                 binaries["kubectl"],
@@ -386,14 +430,14 @@ def main(argv: list[str] | None = None) -> int:
                 namespace="default",
                 volume_dir=work / "fsx",
                 out_dir=out,
-                network=cp.pod_network,
-                network_note=cp.network_note,
             )
+            demo.timings["control plane up (from the start)"] = control_plane_up
             try:
                 summary = demo.run(fault=not args.no_fault)
             finally:
                 demo.close()
             summary.wall_seconds = time.monotonic() - t0
+            summary.kuberay = build.KUBERAY_VERSION
             print("\n" + summary.render())
             (out / "summary.json").write_text(json.dumps(summary.__dict__, default=str, indent=2))
             if args.keep:

@@ -54,6 +54,8 @@ UNHEALTHY_TAINT = {"key": NODE_HEALTH_STATUS, "value": "Unschedulable", "effect"
 # kwok manages only nodes carrying this annotation.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
+# Nodes whose pods run for real: managed by mmrl_local.kubelet instead of kwok.
+KUBELET_ANNOTATION = "mmrl-local.dev/kubelet"
 
 # mmrl-local fault injection, read by the kwok stages in stages/ and by the KubeRay stand-in.
 LOCAL = "mmrl-local.dev"

@@ -10,7 +10,10 @@ point (``/etc`` for ``/etc/mmrl``) are shadowed, entry by entry, so the host its
 
 With ``Spec.netns`` (a namespace pinned by ``podnet``) the process first joins the pod's network namespace, and its
 ``/sys`` is a sysfs of that namespace (``/sys/class/net`` lists the pod's interfaces, as in a container), with the
-host's cgroup tree bound back in.
+host's cgroup tree bound back in. ``Spec.hostname`` gives it a UTS namespace with that hostname, as a pod's
+containers have. ``Spec.own_pids`` gives it a PID namespace with a fresh ``/proc``: the command is PID 1 there, and
+when it exits the kernel kills everything it left behind (daemons in their own sessions included), as a container
+runtime's does; the launcher waits for it, passes on SIGTERM/SIGINT/SIGHUP and exits with its status.
 
 Needs CAP_SYS_ADMIN (root) or unprivileged user namespaces; see ``available()``.
 """
@@ -20,12 +23,15 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWPID = 0x00020000, 0x04000000, 0x20000000
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 MNT_DETACH = 2
+PR_SET_PDEATHSIG = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -47,6 +53,8 @@ class Spec:
     mounts: list[Mount] = field(default_factory=list)
     cwd: str = "/"
     netns: str | None = None  # a network namespace to join (its pinned path), or None for the host's
+    hostname: str | None = None  # a UTS namespace with this hostname (a pod's name), or None for the host's
+    own_pids: bool = False  # a PID namespace of its own, the command as PID 1
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -84,12 +92,13 @@ def _join_netns(path: str) -> None:
         os.close(fd)
 
 
-def _enter_namespace() -> None:
+def _enter_namespace(extra: int = 0) -> None:
+    """A new mount namespace (plus the ``extra`` CLONE_* flags), made private."""
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:
-        _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        _check(_libc.unshare(CLONE_NEWNS | extra), f"unshare(CLONE_NEWNS|{extra:#x})")
     else:  # an unprivileged user: become root of a new user namespace that owns the mount namespace
-        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | extra), f"unshare(CLONE_NEWUSER|CLONE_NEWNS|{extra:#x})")
         Path("/proc/self/setgroups").write_text("deny")
         Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
         Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
@@ -147,6 +156,8 @@ def build_root(spec: Spec) -> None:
     _mount("tmpfs", root, "tmpfs", MS_NOSUID, "mode=0755")
     # Resolve host symlinks on the way (/var/run -> /run) so a mount lands where the pod will look for it.
     resolved = [(os.path.realpath(m.target), m) for m in spec.mounts]
+    if spec.own_pids:  # a /proc of the new PID namespace replaces the host's
+        resolved.append(("/proc", Mount("/proc", tmpfs=True)))
     targets = {
         path: (m.tmpfs or m.source is None or os.path.isdir(m.source) or not os.path.exists(m.source))
         for path, m in resolved
@@ -160,7 +171,9 @@ def build_root(spec: Spec) -> None:
             _bind("/sys/fs/cgroup", root + "/sys/fs/cgroup")
     for path, m in sorted(resolved, key=lambda pm: pm[0].count("/")):  # parents before children
         inside = root + path
-        if m.tmpfs:
+        if path == "/proc" and spec.own_pids:
+            _mount("proc", inside, "proc", MS_NOSUID | MS_NODEV)
+        elif m.tmpfs:
             _mount("tmpfs", inside, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
         else:
             assert m.source is not None
@@ -176,11 +189,28 @@ def available() -> bool:
     return subprocess.run(probe, capture_output=True, env={**os.environ}).returncode == 0
 
 
+def _wait_for_pid_one(child: int) -> int:
+    """The launcher's side of a PID namespace: pass termination signals on, exit as the command did."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
+
+
 def main(argv: list[str]) -> int:
     spec = Spec.load(Path(argv[0]))
     if spec.netns:
         _join_netns(spec.netns)
-    _enter_namespace()
+    _enter_namespace((CLONE_NEWUTS if spec.hostname else 0) | (CLONE_NEWPID if spec.own_pids else 0))
+    if spec.own_pids:
+        child = os.fork()  # the first child is PID 1 of the new namespace
+        if child:
+            return _wait_for_pid_one(child)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the launcher killed: the container (all of it) goes too
+    if spec.hostname:
+        name = spec.hostname.encode()
+        _check(_libc.sethostname(name, len(name)), f"sethostname({spec.hostname})")
     build_root(spec)
     os.chroot(spec.root)
     os.chdir(spec.cwd)

@@ -35,7 +35,9 @@ def node_body(
     capacity: dict[str, str],
     cluster: str = DEFAULT_CLUSTER,
     labels: dict[str, str] | None = None,
+    kubelet: bool = False,
 ) -> dict:
+    """A HyperPod node; kwok fakes it, or with ``kubelet`` mmrl_local.kubelet runs its pods for real."""
     all_labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -53,7 +55,9 @@ def node_body(
         "metadata": {
             "name": name,
             "labels": all_labels,
-            "annotations": {hp.KWOK_NODE_ANNOTATION: hp.KWOK_NODE_VALUE},
+            "annotations": {hp.KUBELET_ANNOTATION: "true"}
+            if kubelet
+            else {hp.KWOK_NODE_ANNOTATION: hp.KWOK_NODE_VALUE},
         },
         "spec": {},
         # Status survives node creation; kwok's initialize stage keeps capacity/allocatable as given.
@@ -69,6 +73,7 @@ def create_gpu_nodes(
     cluster: str = DEFAULT_CLUSTER,
     wait: bool = True,
     labels: dict[str, str] | None = None,
+    kubelet: bool = False,
 ) -> list[str]:
     """Join ``count`` ml.p5.48xlarge nodes (8 GPUs, 32 EFA) to ``instance_group``, with extra ``labels`` (e.g. a
     deep-health-check-status); returns their names."""
@@ -82,6 +87,7 @@ def create_gpu_nodes(
                 capacity=GPU_CAPACITY,
                 cluster=cluster,
                 labels=labels,
+                kubelet=kubelet,
             )
         )
     if wait:
@@ -91,13 +97,23 @@ def create_gpu_nodes(
 
 
 def create_cpu_node(
-    api: client.CoreV1Api, *, instance_group: str = "controller", cluster: str = DEFAULT_CLUSTER, wait: bool = True
+    api: client.CoreV1Api,
+    *,
+    instance_group: str = "controller",
+    cluster: str = DEFAULT_CLUSTER,
+    wait: bool = True,
+    kubelet: bool = False,
 ) -> str:
     """Join one CPU node (for Ray heads); returns its name."""
     name = new_node_name()
     api.create_node(
         node_body(
-            name, instance_group=instance_group, instance_type=CPU_INSTANCE_TYPE, capacity=CPU_CAPACITY, cluster=cluster
+            name,
+            instance_group=instance_group,
+            instance_type=CPU_INSTANCE_TYPE,
+            capacity=CPU_CAPACITY,
+            cluster=cluster,
+            kubelet=kubelet,
         )
     )
     if wait:
@@ -229,6 +245,7 @@ def replace_node(api: client.CoreV1Api, name: str, *, wait: bool = True) -> str:
             capacity=capacity,
             cluster=labels.get(hp.CLUSTER_NAME, DEFAULT_CLUSTER),
             labels=carried,
+            kubelet=hp.KUBELET_ANNOTATION in (old.metadata.annotations or {}),  # the same kind of machine
         )
     )
     if wait:

@@ -270,6 +270,7 @@ class PodNetwork:
         self.bridge = bridge_name(self.run)
         self.service_port = 0
         self._sandboxes: dict[str, Sandbox] = {}
+        self._retiring: dict[str, Sandbox] = {}  # pod IP -> a sandbox being torn down (its route still exists)
         self._next = 0
         self._lock = threading.RLock()
         self._forwarder: subprocess.Popen | None = None
@@ -329,6 +330,8 @@ class PodNetwork:
                 return self._sandboxes[uid]
             for old in [s for s in self._sandboxes.values() if s.ip == pod_ip]:
                 self.release(old.uid)  # an old namespace is gone before its IP is reused
+            if pod_ip in self._retiring:  # another thread is removing it: its `ip route del` would take ours
+                raise PodNetError(f"pod {name}: {pod_ip} is still being released by a pod that is gone; retry")
             self._check_free(pod_ip, name)
             index, self._next = self._next, self._next + 1
             box = Sandbox(
@@ -376,9 +379,14 @@ class PodNetwork:
         """Stop the pod's processes and remove its namespace, veth and route. False when there was none."""
         with self._lock:
             box = self._sandboxes.pop(uid, None)
-        if box is None:
-            return False
-        self._unplumb(box)
+            if box is None:
+                return False
+            self._retiring[box.ip] = box
+        try:
+            self._unplumb(box)
+        finally:
+            with self._lock:
+                self._retiring.pop(box.ip, None)
         log.info("pod %s: network namespace %s removed", box.pod, box.netns)
         return True
 

@@ -217,15 +217,33 @@ class PodMaterialiser:
 
 
 def spawn_in_pod(
-    view: PodView, argv: list[str], log: Path, root: Path, sandbox: Sandbox | None = None
+    view: PodView,
+    argv: list[str],
+    log: Path,
+    root: Path,
+    sandbox: Sandbox | None = None,
+    *,
+    hostname: str | None = None,
+    own_pids: bool = False,
 ) -> subprocess.Popen:
     """Start ``argv`` with the pod's env and mounts (see ``mountns``), in the sandbox's network namespace when one
-    is given; output goes to ``log``."""
+    is given, with ``hostname`` in a UTS namespace and in a PID namespace of its own when asked; output goes to
+    ``log``."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     spec_file = root.parent / f"{root.name}.json"
     env = {**view.env, **(sandbox.service_env if sandbox else {})}
     netns = sandbox.netns_path if sandbox else None
-    Spec(root=str(root), argv=argv, env=env, mounts=view.mounts, cwd=view.cwd, netns=netns).dump(spec_file)
+    spec = Spec(
+        root=str(root),
+        argv=argv,
+        env=env,
+        mounts=view.mounts,
+        cwd=view.cwd,
+        netns=netns,
+        hostname=hostname,
+        own_pids=own_pids,
+    )
+    spec.dump(spec_file)
     launcher_env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return procs.spawn([sys.executable, "-m", "mmrl_local.mountns", str(spec_file)], log, env=launcher_env)

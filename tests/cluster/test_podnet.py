@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -282,3 +284,27 @@ def test_a_probe_namespace_of_a_killed_process_is_removed_too(control_plane) -> 
     podnet.ip("netns", "add", name)
     assert name in podnet.remove_leftovers()
     assert name not in names_on_host()
+
+
+def test_an_ip_is_not_reused_while_the_namespace_that_had_it_is_still_being_removed(
+    pod_network, core, namespace, hyperpod_nodes, tmp_path
+) -> None:
+    """A release stops the pod's processes over a grace period and deletes its host route last; a new pod with the
+    same IP plumbed meanwhile would lose its route to that delete (a resumed trainer could not reach the
+    apiserver). The new sandbox is refused until the release is done, and then keeps its route."""
+    node = hyperpod_nodes.cpu()
+    gone = running(core, namespace, plain_pod("gone", node))
+    box = pod_network.sandbox(gone)
+    stubborn = spawn(gone, box, ["sh", "-c", "trap '' TERM; sleep 600 & wait"], tmp_path, "stubborn")
+    time.sleep(0.5)  # the trap is set
+    releasing = threading.Thread(target=pod_network.release, args=(box.uid,))
+    releasing.start()
+    successor = {**gone, "metadata": {**gone["metadata"], "uid": "00000000-0000-0000-0000-000000000002"}}
+    wait_until(lambda: box.ip in pod_network._retiring, 5, what="the release to start")
+    with pytest.raises(podnet.PodNetError, match="still being released"):
+        pod_network.sandbox(successor)
+    releasing.join(timeout=30)
+    assert stubborn.poll() is not None
+    new = pod_network.sandbox(successor)
+    assert podnet.route_get(new.ip)["dev"] == pod_network.bridge  # its route outlived the old one's removal
+    pod_network.release(new.uid)

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_local import podrun, procs
-from mmrl_local.inference_kubelet import running_pod
+from mmrl_local.kubelet import running_pod
 from tests.support import misbehaving_server
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until

@@ -1,16 +1,20 @@
 """The `make demo` path, end to end with shorter settings: examples/local.yaml through kubectl, the real operator,
-the KubeRay stand-in running the trainer inside the Ray head pod's view and network namespace, a HyperPod node
-replacement once the trainer has sealed a checkpoint, a resume from that checkpoint, and vLLM serving the adapter
-from the inference pod's own network namespace. Every stage is asserted from cluster state and from the files the
-trainer wrote on the claim."""
+the real KubeRay operator and real Ray (the local kubelet runs the Ray head, worker and submitter pods with their
+own commands, and Ray's job manager starts the trainer as the job's driver on the head), a HyperPod node
+replacement once the trainer has sealed a checkpoint (the node's pods die with it, KubeRay recreates the head), a
+resume from that checkpoint, and vLLM serving the adapter from the inference pod's own network namespace. Every
+stage is asserted from cluster state, from Ray's own job list and from the files the trainer wrote on the claim."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from mmrl_local import build, podnet
 from mmrl_local.demo import Demo
@@ -24,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 SHORT = {"spec": {"algorithm": {"maxSteps": 12}, "checkpoint": {"intervalSteps": 4}}}
 
 
-def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict, network=None) -> Demo:
+def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict) -> Demo:
     return Demo(
         api_client,
         build.build(verbose=False)["kubectl"],
@@ -34,21 +38,21 @@ def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: d
         out_dir=tmp_path / "out",
         overrides=overrides,
         say=lambda line: print(line, flush=True),
-        network=network,
     )
 
 
 def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_with_vllm(
-    control_plane, api_client, namespace, hyperpod_nodes, pod_network, kuberay_run, operator, tmp_path
+    control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator, tmp_path
 ) -> None:
-    hyperpod_nodes.cpu()
-    hyperpod_nodes.gpu(2)
-    d = demo(control_plane, api_client, namespace, tmp_path, SHORT, pod_network)
+    hyperpod_nodes.cpu(kubelet=True)
+    hyperpod_nodes.gpu(2, kubelet=True)
+    d = demo(control_plane, api_client, namespace, tmp_path, SHORT)
     try:
         summary = d.run(fault=True, timeout=900)
         hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
         assert_trained(d, api_client, namespace, summary)
-        assert_served(d, api_client, namespace, summary, tmp_path)
+        assert_ran_on_real_ray(d, api_client, namespace, summary)
+        assert_served(d, api_client, namespace, summary, tmp_path, real_ray, control_plane.pod_network)
     finally:
         d.close()
 
@@ -73,20 +77,50 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert events.count("AttemptStarted") == 2 and "NodeFault" in events and "Succeeded" in events
 
 
-def assert_served(d: Demo, api_client, namespace: str, summary, tmp_path: Path) -> None:
-    """Real vLLM (CPU build) ran the Deployment's own command and args against the trained adapter."""
+def ray_jobs(api_client, namespace: str, cluster: str) -> dict[str, str]:
+    """Ray's own job list, from the head's dashboard through the apiserver's service proxy: submission id ->
+    status."""
+    core = client.CoreV1Api(api_client)
+    resp = core.connect_get_namespaced_service_proxy_with_path(
+        f"{cluster}-head-svc:dashboard", namespace, "api/jobs/", _preload_content=False
+    )
+    return {j["submission_id"]: j["status"] for j in json.loads(resp.data) if j.get("submission_id")}
+
+
+def assert_ran_on_real_ray(d: Demo, api_client, namespace: str, summary) -> None:
+    """Both attempts were Ray jobs KubeRay submitted; the one that trained to the end is SUCCEEDED in Ray's list
+    on the head KubeRay recreated, and nothing is left running there."""
+    status = Jobs(api_client, namespace).status(d.name)
+    first, second = (a["rayJob"] for a in status["attempts"])
+    assert set(summary.submissions) == {first, second}, summary.submissions
+    assert all(sid.startswith(f"{rj}-") for rj, sid in summary.submissions.items())  # KubeRay's `<rayjob>-<5>`
+    listed = ray_jobs(api_client, namespace, d.name)
+    assert listed.get(summary.submissions[second]) == "SUCCEEDED", listed
+    assert not [sid for sid, st in listed.items() if st in ("PENDING", "RUNNING")], listed
+    assert {"Ray head ready", "first step", "fault -> next attempt running", "fault -> first new step"} <= set(
+        summary.timings
+    ), summary.timings
+
+
+def assert_served(d: Demo, api_client, namespace: str, summary, tmp_path: Path, real_ray, network) -> None:
+    """Real vLLM (CPU build) ran the Deployment's own command and args against the trained adapter, started by the
+    kubelet in the inference pod's own namespaces."""
     status = Jobs(api_client, namespace).status(d.name)
     inference = status["inference"]
     assert inference["ready"] is True and inference["model"] == d.name
     assert next(c for c in status["conditions"] if c["type"] == "InferenceReady")["status"] == "True"
     assert status["adapter"]["sha256"] == sha256_file(summary.adapter_host_dir / "adapter_model.safetensors")
     # vLLM ran in the inference pod's own network namespace; the host's loopback never got the pod's address.
-    box = d.inference.sandbox
-    assert os.readlink(f"/proc/{d.inference.server.pid}/ns/net") == f"net:[{os.stat(box.netns_path).st_ino}]"
-    assert box.ip == d.inference.ip and podnet.route_get(box.ip)["dev"] == d.network.bridge
+    pod = d.inference
+    box = next(b for b in network.sandboxes() if b.uid == pod["metadata"]["uid"])
+    worker = real_ray.kubelet.workers[pod["metadata"]["uid"]]
+    pid = next(x for x in worker.containers if x.name == "vllm").pid_one()
+    assert pid is not None and os.readlink(f"/proc/{pid}/ns/net") == f"net:[{os.stat(box.netns_path).st_ino}]"
+    assert box.ip == pod["status"]["podIP"] and podnet.route_get(box.ip)["dev"] == network.bridge
     lo = [i["local"] for e in podnet.ip_json("addr", "show", "dev", "lo") for i in e.get("addr_info") or []]
     assert all(ipaddress.ip_address(a).is_loopback for a in lo), lo
-    listed = {m["id"]: m.get("parent") for m in d.inference.models()}
+    with urllib.request.urlopen(f"http://{box.ip}:{summary.served['port']}/v1/models", timeout=10) as r:
+        listed = {m["id"]: m.get("parent") for m in json.load(r)["data"]}
     assert listed[d.name] == "tiny-qwen3-vl"  # the adapter, child of the served base model
     assert summary.served["answer"].strip().lower() in COLOURS, summary.served
     # `mmrl chat` goes through the Service and the apiserver's service proxy, as a user on the cluster would.
@@ -97,10 +131,10 @@ def assert_served(d: Demo, api_client, namespace: str, summary, tmp_path: Path) 
 
 
 def test_a_trainer_that_cannot_load_its_model_fails_the_job_at_once(
-    control_plane, api_client, namespace, hyperpod_nodes, kuberay_run, operator, tmp_path
+    control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator, tmp_path
 ) -> None:
-    hyperpod_nodes.cpu()
-    hyperpod_nodes.gpu(1)
+    hyperpod_nodes.cpu(kubelet=True)
+    hyperpod_nodes.gpu(1, kubelet=True)
     missing = {"spec": {"model": {"name": "pvc://mmrl-checkpoints/models/not-there"}}}
     d = demo(control_plane, api_client, namespace, tmp_path, missing)
     d.prepare_volume()

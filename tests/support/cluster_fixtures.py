@@ -1,7 +1,8 @@
 """Fixtures for tests against the real local control plane (``mmrl_local``), shared by tests/cluster and
 tests/e2e through tests/conftest.py: one control plane per test session (started only when a test asks for it),
 a fresh namespace per test, fake HyperPod nodes that are removed after each test, and a KubeRay stand-in watching
-only the test's namespace, in scripted mode (``kuberay``) or running entrypoints in the head pod (``kuberay_run``).
+only the test's namespace, in scripted mode (``kuberay``) or running entrypoints in the head pod (``kuberay_run``),
+or the real KubeRay with real Ray pods run by the local kubelet (``real_ray``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ from mmrl_local import build, nodes
 from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_local.kubelet import Kubelet
+from mmrl_local.kuberay_operator import KubeRayOperator
 from mmrl_local.kuberay_standin import KubeRayStandIn
 from mmrl_local.podnet import PodNetwork
 from tests.support.chart import Helm
@@ -75,14 +79,20 @@ class HyperPodNodes:
         self.names: list[str] = []
 
     def gpu(
-        self, count: int = 1, instance_group: str = "gpu-workers", labels: dict[str, str] | None = None
+        self,
+        count: int = 1,
+        instance_group: str = "gpu-workers",
+        labels: dict[str, str] | None = None,
+        *,
+        kubelet: bool = False,
     ) -> list[str]:
-        names = nodes.create_gpu_nodes(self.core, count, instance_group=instance_group, labels=labels)
+        """``kubelet``: nodes whose pods run for real (needs the ``real_ray`` fixture's kubelet)."""
+        names = nodes.create_gpu_nodes(self.core, count, instance_group=instance_group, labels=labels, kubelet=kubelet)
         self.names += names
         return names
 
-    def cpu(self, instance_group: str = "controller") -> str:
-        name = nodes.create_cpu_node(self.core, instance_group=instance_group)
+    def cpu(self, instance_group: str = "controller", *, kubelet: bool = False) -> str:
+        name = nodes.create_cpu_node(self.core, instance_group=instance_group, kubelet=kubelet)
         self.names.append(name)
         return name
 
@@ -161,6 +171,35 @@ def kuberay_run(
     """The stand-in in run mode: every RayJob's entrypoint really runs inside its Ray head pod's view, in the head
     pod's network namespace where this machine can make one (else in this machine's network)."""
     yield from _standin(api_client, namespace, tmp_path, "run", network=control_plane.pod_network)
+
+
+@dataclass
+class RealRay:
+    kubelet: Kubelet
+    kuberay: KubeRayOperator
+
+
+@pytest.fixture
+def real_ray(
+    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> Iterator[RealRay]:
+    """The real KubeRay operator (v1.5.1, through the apiserver's service proxy) watching this test's namespace, and
+    the local kubelet that runs the pods of nodes created with ``kubelet=True`` for real: Ray's head and workers,
+    KubeRay's submitter, the inference pod. Skipped, with the reason, where pods cannot get namespaces here."""
+    if control_plane.pod_network is None:
+        pytest.skip(control_plane.network_note)
+    with (
+        Kubelet(api_client, control_plane.pod_network, tmp_path / "pods") as kubelet,
+        KubeRayOperator(
+            api_client,
+            control_plane.kubeconfig,
+            tmp_path / "kuberay.log",
+            namespaces=[namespace],
+            extra_args=["--use-kubernetes-proxy"],
+        ) as kuberay,
+    ):
+        yield RealRay(kubelet, kuberay)
+    assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
 
 
 @pytest.fixture

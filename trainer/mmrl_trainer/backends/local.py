@@ -179,14 +179,21 @@ def drop_long_prompts(examples: list, processor, max_tokens: int) -> list:
     return kept
 
 
+def torch_threads(env: dict[str, str], cuda: bool, cpus: int) -> int:
+    """How many intra-op threads torch gets. On small CPU boxes threading tiny matmuls costs more than it saves
+    (measured: ~20x slower with 2 threads while other processes are busy), so 1 on CPU; with a GPU, every CPU this
+    process may run on. Never torch's default: the trainer runs as a Ray job's driver, which inherits Ray's
+    OMP_NUM_THREADS=1 (seen on the real Ray head), and that would cap the GPU trainer's data work at one thread.
+    MMRL_TORCH_THREADS overrides."""
+    if env.get("MMRL_TORCH_THREADS"):
+        return max(1, int(env["MMRL_TORCH_THREADS"]))
+    return max(1, cpus) if cuda else 1
+
+
 def configure_threads() -> None:
     import torch
 
-    # On small CPU boxes intra-op threading of tiny matmuls costs more than it saves (measured: ~20x slower
-    # with 2 threads while other processes are busy); MMRL_TORCH_THREADS overrides.
-    threads = int(os.environ.get("MMRL_TORCH_THREADS", "1" if not torch.cuda.is_available() else "0"))
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(torch_threads(dict(os.environ), torch.cuda.is_available(), len(os.sched_getaffinity(0))))
 
 
 def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None) -> LocalResult:
