@@ -38,6 +38,7 @@ from mmrl_local.probes import ProbeState
 
 log = logging.getLogger("mmrl_local.kubelet")
 BACKOFF_MAX = 10.0
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def now_iso() -> str:
@@ -101,6 +102,13 @@ class Container:
         if self.terminated is not None and self.running():
             out["lastState"] = {"terminated": self.terminated}
         return out
+
+
+def image_paths(env: dict[str, str]) -> list[Path]:
+    """Where "the image" lives on this machine: the Python environment, this checkout, and the PYTHONPATH entries
+    the image's environment names."""
+    paths = [Path(sys.prefix), CHECKOUT, *(Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return [p.resolve() for p in dict.fromkeys(paths) if p.is_absolute() and p.exists()]
 
 
 class PodWorker:
@@ -202,12 +210,16 @@ class PodWorker:
         # /tmp/ray/ray_current_cluster there) and a private, empty home (Ray reads ~/.ray/auth_token).
         home = view.env.setdefault("HOME", POD_HOME)
         own = [Mount("/etc/hosts", str(self.hosts))]
-        shadows_image = Path(sys.prefix).is_relative_to(home)  # a home that holds "the image" itself stays
-        for target in ("/tmp",) if shadows_image else ("/tmp", home):
+        image = image_paths(view.env)
+        shadows_image = any(path.is_relative_to(home) for path in image)  # a home that holds the image stays
+        privates = ("/tmp",) if shadows_image else ("/tmp", home)
+        for target in privates:
             private = self.workdir / "private" / c.name / target.strip("/").replace("/", "_")
             private.mkdir(parents=True, exist_ok=True)
             os.chmod(private, 0o1777)
             own.append(Mount(target, str(private)))
+        # The image's own files stay visible through a private /tmp (a checkout cloned under /tmp, as CI's is).
+        own += [Mount(str(path), str(path), read_only=True) for path in image if path.is_relative_to("/tmp")]
         taken = {m.target for m in view.mounts}
         view.mounts += [m for m in own if m.target not in taken]
         c.view = view
