@@ -358,9 +358,6 @@ class Demo:
         }
         return self.served
 
-    def close(self) -> None:
-        """Nothing of the demo's own to stop: the kubelet runs every pod."""
-
     def run(self, *, fault: bool = True, timeout: float = 900) -> Summary:
         self.prepare_volume()
         self.apply_job()
@@ -432,10 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir=out,
             )
             demo.timings["control plane up (from the start)"] = control_plane_up
-            try:
-                summary = demo.run(fault=not args.no_fault)
-            finally:
-                demo.close()
+            summary = demo.run(fault=not args.no_fault)
             summary.wall_seconds = time.monotonic() - t0
             summary.kuberay = build.KUBERAY_VERSION
             print("\n" + summary.render())

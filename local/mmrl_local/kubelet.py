@@ -32,14 +32,14 @@ from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
 from mmrl_local import images, podnet
-from mmrl_local.kubelet_pod import PodWorker
+from mmrl_local.kubelet_pod import PodWorker, finish_delete, now_iso
 
 log = logging.getLogger("mmrl_local.kubelet")
 POD_RANGE = ipaddress.ip_network("10.244.128.0/17")  # kwok hands out podnet.KWOK_POD_CIDR, the other half
 LEASE_SECONDS = 40
 
 
-def _micro_now() -> str:
+def _micro_now() -> str:  # a Lease's renewTime is a MicroTime
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -215,10 +215,10 @@ class Kubelet:
         # address another run on this machine routes to its own bridge is skipped too.
         routed = {r.get("dst") for r in podnet.ip_json("route", "show", "root", str(POD_RANGE))}
         taken = used | routed | set(self._ips.values()) | {podnet.GATEWAY}
-        hosts = list(POD_RANGE.hosts())
-        start = self._cursor % len(hosts)
-        index = next(i for i in [*range(start, len(hosts)), *range(start)] if str(hosts[i]) not in taken)
-        address, self._cursor = str(hosts[index]), index + 1
+        size = POD_RANGE.num_addresses - 2  # the range's hosts: POD_RANGE[1] .. POD_RANGE[size]
+        start = self._cursor % size
+        index = next(i for i in [*range(start, size), *range(start)] if str(POD_RANGE[1 + i]) not in taken)
+        address, self._cursor = str(POD_RANGE[1 + index]), index + 1
         self._ips[uid] = address
         used.add(address)
         pod.setdefault("status", {})
@@ -231,13 +231,7 @@ class Kubelet:
 
     def _finish_delete(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        with contextlib.suppress(ApiException):
-            self.core.delete_namespaced_pod(
-                meta["name"],
-                meta["namespace"],
-                grace_period_seconds=0,
-                body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]}),
-            )
+        finish_delete(self.core, meta["namespace"], meta["name"], meta["uid"])
 
     # -- nodes ----------------------------------------------------------------------------------------------
 
@@ -247,10 +241,9 @@ class Kubelet:
         due = time.monotonic() - self._beats.get(name, 0.0) >= self.heartbeat
         if not due and self._reported.get(name) == want:
             return
-        now = _micro_now()
         try:
-            self.core.patch_node_status(name, {"status": node_status(node, now.split(".")[0] + "Z")})
-            self._renew_lease(name, node["metadata"]["uid"], now)
+            self.core.patch_node_status(name, {"status": node_status(node, now_iso())})
+            self._renew_lease(name, node["metadata"]["uid"], _micro_now())
         except ApiException as err:
             if err.status != 404:
                 raise

@@ -45,6 +45,14 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def finish_delete(core: client.CoreV1Api, namespace: str, name: str, uid: str) -> None:
+    """The kubelet's last word on a graceful delete: remove the pod object (grace 0), only if it is still this pod."""
+    with contextlib.suppress(ApiException):
+        core.delete_namespaced_pod(
+            name, namespace, grace_period_seconds=0, body=client.V1DeleteOptions(preconditions={"uid": uid})
+        )
+
+
 @dataclass
 class Container:
     spec: dict[str, Any]
@@ -133,6 +141,7 @@ class PodWorker:
         self.containers = [Container(c) for c in pod["spec"]["containers"]]
         self.policy = pod["spec"].get("restartPolicy") or "Always"
         self.hosts = workdir / "etc-hosts"
+        self._hosts_text: str | None = None  # what the hosts file holds
         self.started_at = now_iso()
         self.phase, self.message = "Pending", ""
         self.initialized = False
@@ -157,15 +166,18 @@ class PodWorker:
 
     def refresh_hosts(self, services: list[dict[str, Any]], slices: list[dict[str, Any]]) -> None:
         text = etchosts.render(self.pod, services, slices)
-        self.hosts.parent.mkdir(parents=True, exist_ok=True)
-        if not self.hosts.exists():
+        if text == self._hosts_text:
+            return
+        if self._hosts_text is None:
+            self.hosts.parent.mkdir(parents=True, exist_ok=True)
             self.hosts.write_text(text)
-        elif self.hosts.read_text() != text:
+        else:
             with open(self.hosts, "r+") as f:  # in place: the pods' bind mounts keep this inode
                 f.write(text)
                 f.truncate()
+        self._hosts_text = text
 
-    def stop(self, *, delete: bool = False, wait: bool = True) -> None:
+    def stop(self, *, wait: bool = True) -> None:
         """Kill the pod's processes at once (its node is gone, or the kubelet stops)."""
         self._stop.set()
         if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -318,13 +330,7 @@ class PodWorker:
             if c.proc is not None:
                 procs.stop(c.proc, timeout=1.0)
         if self._deleting is not None and not self._stop.is_set():
-            with contextlib.suppress(ApiException):  # the kubelet's last word on a graceful delete
-                self.core.delete_namespaced_pod(
-                    self.name,
-                    self.ns,
-                    grace_period_seconds=0,
-                    body=client.V1DeleteOptions(preconditions={"uid": self.uid}),
-                )
+            finish_delete(self.core, self.ns, self.name, self.uid)
 
     # -- status -----------------------------------------------------------------------------------------------
 

@@ -21,10 +21,13 @@ def run_exec(command: list[str], pid_one: int, env: dict[str, str], timeout: flo
         return False
 
 
+def port_number(port: int | str | None, ports: dict[str, int]) -> int:
+    """A probe's port: a number, or the name of one of the container's ports."""
+    return ports.get(port, 0) if isinstance(port, str) and not port.isdigit() else int(port or 0)
+
+
 def run_http(get: dict[str, Any], pod_ip: str, ports: dict[str, int], timeout: float) -> bool:
-    port = get.get("port")
-    number = ports.get(port, 0) if isinstance(port, str) and not port.isdigit() else int(port or 0)
-    host = get.get("host") or pod_ip
+    host, number = get.get("host") or pod_ip, port_number(get.get("port"), ports)
     url = f"{(get.get('scheme') or 'HTTP').lower()}://{host}:{number}{get.get('path') or '/'}"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -34,10 +37,9 @@ def run_http(get: dict[str, Any], pod_ip: str, ports: dict[str, int], timeout: f
 
 
 def run_tcp(tcp: dict[str, Any], pod_ip: str, ports: dict[str, int], timeout: float) -> bool:
-    port = tcp.get("port")
-    number = ports.get(port, 0) if isinstance(port, str) and not port.isdigit() else int(port or 0)
     try:
-        with socket.create_connection((tcp.get("host") or pod_ip, number), timeout=timeout):
+        address = (tcp.get("host") or pod_ip, port_number(tcp.get("port"), ports))
+        with socket.create_connection(address, timeout=timeout):
             return True
     except OSError:
         return False

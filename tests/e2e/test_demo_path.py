@@ -47,14 +47,11 @@ def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_w
     hyperpod_nodes.cpu(kubelet=True)
     hyperpod_nodes.gpu(2, kubelet=True)
     d = demo(control_plane, api_client, namespace, tmp_path, SHORT)
-    try:
-        summary = d.run(fault=True, timeout=900)
-        hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
-        assert_trained(d, api_client, namespace, summary)
-        assert_ran_on_real_ray(d, api_client, namespace, summary)
-        assert_served(d, api_client, namespace, summary, tmp_path, real_ray, control_plane.pod_network)
-    finally:
-        d.close()
+    summary = d.run(fault=True, timeout=900)
+    hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
+    assert_trained(d, api_client, namespace, summary)
+    assert_ran_on_real_ray(d, api_client, namespace, summary)
+    assert_served(d, api_client, namespace, summary, tmp_path, real_ray, control_plane.pod_network)
 
 
 def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:

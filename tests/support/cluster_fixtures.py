@@ -181,15 +181,13 @@ class RealRay:
 
 @pytest.fixture
 def real_ray(
-    control_plane: ControlPlane, api_client: client.ApiClient, namespace: str, tmp_path: Path
+    control_plane: ControlPlane, pod_network: PodNetwork, api_client: client.ApiClient, namespace: str, tmp_path: Path
 ) -> Iterator[RealRay]:
     """The real KubeRay operator (v1.5.1, through the apiserver's service proxy) watching this test's namespace, and
     the local kubelet that runs the pods of nodes created with ``kubelet=True`` for real: Ray's head and workers,
-    KubeRay's submitter, the inference pod. Skipped, with the reason, where pods cannot get namespaces here."""
-    if control_plane.pod_network is None:
-        pytest.skip(control_plane.network_note)
+    KubeRay's submitter, the inference pod. Skipped with ``pod_network`` where pods cannot get namespaces here."""
     with (
-        Kubelet(api_client, control_plane.pod_network, tmp_path / "pods") as kubelet,
+        Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet,
         KubeRayOperator(
             api_client,
             control_plane.kubeconfig,
