@@ -21,6 +21,7 @@ from mmrl_operator.chat_cli import ask
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.operator import Jobs
+from tests.support.ray_dashboard import ray_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -74,14 +75,6 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert summary.plot is not None and summary.plot.stat().st_size > 0
     events = Jobs(api_client, namespace).events(d.name)
     assert events.count("AttemptStarted") == 2 and "NodeFault" in events and "Succeeded" in events
-
-
-def ray_jobs(api_client, namespace: str, cluster: str) -> dict[str, str]:
-    """Ray's own job list, from the head's dashboard through the apiserver's service proxy: submission id ->
-    status."""
-    path = f"/api/v1/namespaces/{namespace}/services/{cluster}-head-svc:dashboard/proxy/api/jobs/"
-    data, _, _ = api_client.call_api(path, "GET", auth_settings=["BearerToken"], response_type="object")
-    return {j["submission_id"]: j["status"] for j in data if j.get("submission_id")}
 
 
 def assert_ran_on_real_ray(d: Demo, api_client, namespace: str, summary) -> None:
