@@ -160,9 +160,11 @@ def test_run_mode_executes_the_entrypoint(custom, namespace, kuberay, ray_nodes,
 
     assert status["jobStatus"] == expected
     if expected == "FAILED":
-        # Ray's own wording, which KubeRay copies into the RayJob: the operator reads the exit code from it.
+        # Ray's own wording, which KubeRay copies into the RayJob: the operator reads the exit code from it. The
+        # log Ray quotes starts with its own two lines and keeps the driver's newlines.
         assert status["message"].startswith("Job entrypoint command failed with exit code 3, last available logs")
-        assert status["message"].endswith("\nboom")
+        assert "\nRunning entrypoint for job real-" in status["message"]
+        assert status["message"].endswith("\nboom\n")
 
 
 def test_run_mode_job_fails_and_stops_when_its_node_is_lost(
