@@ -2,8 +2,15 @@
 RayJobs behave the way KubeRay v1.5 does on a cluster whose kubelets are fake. RayClusters get head and worker
 pods (KubeRay's labels, owned by the cluster; finished or lost pods are replaced) and KubeRay's status;
 RayJobs go "" → Initializing → Running → Complete/Failed as their script says (see ``standin_job``), or, in run
-mode, as the exit code of their entrypoint run on this machine. Watches only wake the loop; every pass reads
-the whole world again, so missing an event never matters.
+mode, as the exit code of their entrypoint run on this machine, with the status writes KubeRay makes on the way
+(Running before Ray reports a job status; Ray's terminal status while the submitter Job still runs, then
+Complete/Failed). Watches only wake the loop; every pass reads the whole world again, so missing an event never
+matters.
+
+Run mode also keeps what tests/cluster/test_kuberay_contract.py checks against the real KubeRay and Ray: KubeRay's
+finalizer on every RayJob (deleting one stops its Ray job first), and a lost head pod does not fail the RayJob:
+the driver dies with the head, and KubeRay's submitter Job, retrying, submits the job again once a head is ready
+(``SUBMITTER_RETRIES``), or fails the RayJob with SubmissionFailed when its retries run out first.
 
 Strict mode adds the timing of the real thing that makes naive controllers run two attempts at once: a RayJob is
 deleted through KubeRay's finalizer, which takes a while; Ray pods terminate over their grace period (kwok holds
@@ -15,6 +22,7 @@ RayJob of that cluster is still running or being deleted, or while one of its po
 from __future__ import annotations
 
 import contextlib
+import copy
 import fnmatch
 import logging
 import secrets
@@ -34,6 +42,15 @@ from mmrl_local import standin_job as sj
 log = logging.getLogger("mmrl_local.kuberay_standin")
 RAY = ("ray.io", "v1")
 RAYJOB_FINALIZER = "ray.io/rayjob-finalizer"
+# When KubeRay's submitter Job tries again after the Ray job it followed was lost with the head: the Job
+# controller's pod failure back-off (10 s, doubled each time) within the submitter's backoffLimit of 2 (three
+# pods; the first was the one that was following the lost job).
+SUBMITTER_RETRIES = (10.0, 30.0)
+# Ray without GCS fault tolerance: a worker's raylet that finds a new GCS (a recreated head) exits ("GCS returned
+# an authentication error"), so its container restarts and the pod is not Ready until Ray is up again. Seconds
+# after the new head is Ready, and how long the restart takes (about 25 s on a loaded 2-core machine for real Ray).
+GCS_NOTICE_SECONDS = 1.0
+WORKER_RESTART_SECONDS = 3.0
 
 
 class KubeRayStandIn:
@@ -78,6 +95,13 @@ class KubeRayStandIn:
         self.violations: list[str] = []
         self._jobs: list[dict] = []
         self._deleting: dict[tuple[str, str, str], float] = {}
+        self.finalizes = strict or mode == "run"  # strict and run mode keep KubeRay's RayJob finalizer
+        self._head_lost: dict[tuple[str, str, str], list[float]] = {}  # key -> [when, submitter retries used]
+        self._submissions: dict[tuple[str, str, str], int] = {}
+        self.gcs_restarts = mode == "run"  # run mode: workers restart when their head (GCS) is recreated
+        self._gcs: dict[tuple[str, str], str] = {}  # cluster -> uid of the head whose GCS its workers joined
+        self._new_head: dict[tuple[str, str], float] = {}  # cluster -> when a different head was first Ready
+        self._restarting: dict[tuple[str, str], dict[str, float]] = {}  # cluster -> worker pod uid -> began
 
     # -- public API --------------------------------------------------------------------------------------------
 
@@ -181,14 +205,14 @@ class KubeRayStandIn:
             key = (meta["namespace"], meta["name"], meta["uid"])
             live_jobs.add(key)
             try:
-                if self.strict:
+                if self.finalizes:
                     self._finalize(key, job)
                 self._reconcile_job(key, job, cluster_index, by_cluster, nodes)
             except ApiException as err:
                 if err.status not in (404, 409):
                     raise
-        for key in set(self._runs) - live_jobs:  # RayJob deleted: stop its entrypoint
-            self._runs.pop(key).kill()
+        for key in (set(self._runs) | set(self._head_lost)) - live_jobs:  # RayJob deleted: stop its entrypoint
+            self._forget(key)
 
     # -- RayCluster --------------------------------------------------------------------------------------------
 
@@ -227,11 +251,69 @@ class KubeRayStandIn:
                         break
                 for pod in live[want.count :] if want.node_type == "worker" else []:
                     self.core.delete_namespaced_pod(pod["metadata"]["name"], ns, grace_period_seconds=0)
+        if self.gcs_restarts and not suspended:
+            self._restart_workers_on_new_gcs((ns, name), pods)
         service = sc.head_service_name(name) if not suspended else None
         status = sc.cluster_status(cluster, pods, service, sj.now_iso(), strict=self.strict)
         patch = sc.merge_patch_for(cluster.get("status") or {}, status)
         if patch:
             self._merge_patch(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}/status", {"status": patch})
+
+    def _restart_workers_on_new_gcs(self, key: tuple[str, str], pods: list[dict]) -> None:
+        """Run mode: once a recreated head has been Ready for ``GCS_NOTICE_SECONDS``, every worker started before
+        it restarts its container (same pod, restartCount + 1, not Ready for ``WORKER_RESTART_SECONDS``)."""
+        now = time.monotonic()
+        by_uid = {p["metadata"]["uid"]: p for p in pods}
+        restarting = self._restarting.setdefault(key, {})
+        for uid, began in list(restarting.items()):
+            pod = by_uid.get(uid)
+            if now - began >= WORKER_RESTART_SECONDS and (pod is None or self._set_container_ready(pod, True)):
+                restarting.pop(uid)
+        heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head" and sc.pod_is_ready(p)]
+        if not heads:
+            return
+        head = heads[0]
+        joined = self._gcs.setdefault(key, head["metadata"]["uid"])
+        if joined == head["metadata"]["uid"]:
+            return
+        if now - self._new_head.setdefault(key, now) < GCS_NOTICE_SECONDS:
+            return
+        restarted = True
+        for pod in pods:
+            meta = pod["metadata"]
+            older = meta.get("creationTimestamp", "") <= head["metadata"].get("creationTimestamp", "")
+            if meta["labels"].get("ray.io/node-type") == "worker" and older and sc.pod_is_ready(pod):
+                if self._set_container_ready(pod, False):
+                    restarting[meta["uid"]] = now
+                else:
+                    restarted = False  # changed since this pass read it: the next pass tries again
+        if restarted:
+            self._gcs[key] = head["metadata"]["uid"]
+            self._new_head.pop(key, None)
+
+    def _set_container_ready(self, pod: dict, ready: bool) -> bool:
+        """Write the status a kubelet reports for a container that exited and started again (``ready`` False), or
+        that passed its readiness probe again. False when the pod changed since it was read."""
+        meta, status = pod["metadata"], copy.deepcopy(pod.get("status") or {})
+        now = sj.now_iso()
+        for cond in status.get("conditions") or []:
+            if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != str(ready):
+                cond.update({"status": str(ready), "lastTransitionTime": now})
+        for cs in status.get("containerStatuses") or []:
+            cs["ready"] = ready
+            if not ready:
+                cs["restartCount"] = (cs.get("restartCount") or 0) + 1
+                cs["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now}}
+                cs["state"] = {"running": {"startedAt": now}}
+        try:
+            self.core.replace_namespaced_pod_status(meta["name"], meta["namespace"], {**pod, "status": status})
+        except ApiException as err:
+            if err.status == 404:  # gone: nothing left to restart
+                return True
+            if err.status != 409:
+                raise
+            return False
+        return True
 
     def _pod(self, cluster: dict, want: sc.GroupWant) -> dict:
         pod = sc.build_pod(cluster, want)
@@ -243,7 +325,8 @@ class KubeRayStandIn:
     # -- RayJob ------------------------------------------------------------------------------------------------
 
     def _finalize(self, key, job: dict) -> None:
-        """Strict mode: KubeRay's finalizer on every RayJob, released a while after the deletion was asked for."""
+        """KubeRay's finalizer on every RayJob: on deletion the Ray job is stopped (its entrypoint killed), then the
+        finalizer goes; strict mode holds it ``finalizer_seconds`` first."""
         meta = job["metadata"]
         path = f"/apis/ray.io/v1/namespaces/{meta['namespace']}/rayjobs/{meta['name']}"
         finalizers = list(meta.get("finalizers") or [])
@@ -251,8 +334,10 @@ class KubeRayStandIn:
             if RAYJOB_FINALIZER not in finalizers:
                 self._merge_patch(path, {"metadata": {"finalizers": [*finalizers, RAYJOB_FINALIZER]}})
             return
+        self._stop_run(key)
         since = self._deleting.setdefault(key, time.monotonic())
-        if RAYJOB_FINALIZER in finalizers and time.monotonic() - since >= self.finalizer_seconds:
+        hold = self.finalizer_seconds if self.strict else 0.0
+        if RAYJOB_FINALIZER in finalizers and time.monotonic() - since >= hold:
             rest = [f for f in finalizers if f != RAYJOB_FINALIZER]
             self._merge_patch(path, {"metadata": {"finalizers": rest or None}})
             self._deleting.pop(key, None)
@@ -294,21 +379,33 @@ class KubeRayStandIn:
             f"/apis/ray.io/v1/namespaces/{meta['namespace']}/rayjobs/{meta['name']}/status", {"status": status}
         )
 
-    def _finish(self, key, job: dict, succeeded: bool, reason: str = "AppFailed", message: str = "") -> None:
+    def _stop_run(self, key) -> None:
+        """Stop the Ray job's entrypoint, if it runs (Ray's stop-job, or its driver lost)."""
         run = self._runs.pop(key, None)
         if run is not None:
             run.kill()
+
+    def _forget(self, key) -> None:
+        self._stop_run(key)
+        for memo in (self._tracked, self._since, self._head_lost, self._submissions):
+            memo.pop(key, None)
+
+    def _finish(self, key, job: dict, succeeded: bool, reason: str = "AppFailed", message: str = "") -> None:
+        self._forget(key)
         self._patch_job(job, sj.finished(succeeded, reason, message))
-        self._tracked.pop(key, None)
-        self._since.pop(key, None)
+
+    def _ray_job_ended(self, key, job: dict, succeeded: bool, message: str = "") -> None:
+        """Ray reports the job ended; the RayJob stays Running until the next pass (KubeRay's next reconcile, once
+        its submitter Job has finished too)."""
+        self._stop_run(key)
+        self._patch_job(job, sj.ray_job_ended(succeeded, message))
 
     def _reconcile_job(self, key, job: dict, clusters: dict, pods: dict, nodes: dict) -> None:
         meta, spec = job["metadata"], job.get("spec") or {}
         status = job.get("status") or {}
         ns, name = meta["namespace"], meta["name"]
         if meta.get("deletionTimestamp") or sj.is_terminal(status):
-            if key in self._runs:
-                self._runs.pop(key).kill()
+            self._forget(key)
             return
         error = sj.validation_error(job)
         if error:
@@ -358,64 +455,125 @@ class KubeRayStandIn:
             if cluster is None or (cluster.get("status") or {}).get("state") != "ready":
                 return
             cluster_pods = [p for p in pods.get((ns, cluster_name), []) if sc.pod_is_live(p)]
-            self._tracked[key] = {p["metadata"]["uid"]: p["spec"].get("nodeName", "") for p in cluster_pods}
+            self._track(key, cluster_pods)
             self._since[key] = time.monotonic()
-            if script.outcome == "run":
-                try:
-                    self._start_run(key, job, cluster_pods)
-                except (podrun.PodRunError, podnet.PodNetError, ApiException) as err:
-                    # Ray never got the job: KubeRay reports a failed submission.
-                    self._finish(key, job, False, "SubmissionFailed", f"cannot start the entrypoint: {err}")
-                    return
-            self._patch_job(job, sj.running())
+            if script.outcome == "run" and not self._submit(key, job, cluster_pods):
+                return
+            self._patch_job(job, sj.submitted())
             return
         # phase == "Running" (or a transient one we do not model): decide the outcome.
+        if status.get("jobStatus") in sj.RAY_TERMINAL:
+            # KubeRay's next reconcile after Ray's job ended: the submitter has finished too.
+            self._finish(key, job, status["jobStatus"] != "FAILED", "AppFailed", status.get("message") or "")
+            return
         if cluster is None:
             self._finish(key, job, False, "AppFailed", f"RayCluster {cluster_name} not found.")
             return
-        if script.fail_on_node_loss:
-            lost = self._lost(key, pods.get((ns, cluster_name), []), nodes)
-            if lost:
-                self._finish(key, job, False, "AppFailed", f"Ray node lost: {lost}")
-                return
+        cluster_pods = pods.get((ns, cluster_name), [])
         if script.outcome == "run":
-            run = self._runs.get(key)
-            if run is None:  # the stand-in restarted while Ray was running the job: Ray lost the driver with it
-                self._finish(key, job, False, "AppFailed", "the Ray job's driver is gone")
+            self._reconcile_run(key, job, status, cluster_pods, nodes)
+            return
+        if script.fail_on_node_loss:
+            lost, _ = self._lost(key, cluster_pods, nodes)
+            if lost:
+                self._ray_job_ended(key, job, False, f"Ray node lost: {lost}")
                 return
-            code = run.poll()
-            if code is not None:
-                self._finish(key, job, code == 0, "AppFailed", "" if code == 0 else run.failure_message())
+        if status.get("jobStatus") is None:
+            self._patch_job(job, sj.running())  # KubeRay's first poll of the dashboard after submitting
             return
         since = self._since.setdefault(key, time.monotonic())
         if script.outcome in ("succeed", "fail") and time.monotonic() - since >= script.after:
-            self._finish(key, job, script.outcome == "succeed", "AppFailed", script.message)
+            self._ray_job_ended(key, job, script.outcome == "succeed", script.message)
+
+    def _reconcile_run(self, key, job: dict, status: dict, cluster_pods: list[dict], nodes: dict) -> None:
+        """Run mode, RayJob Running: the entrypoint's exit decides; a lost head sends the job back to the
+        submitter's retries (``_resubmit``); a lost worker fails it, as the trainer does when a Ray actor dies."""
+        if key in self._head_lost:
+            self._resubmit(key, job, cluster_pods)
+            return
+        run = self._runs.get(key)
+        if run is None:  # the stand-in restarted while Ray was running the job: Ray lost the driver with it
+            self._finish(key, job, False, "AppFailed", "the Ray job's driver is gone")
+            return
+        lost, head = self._lost(key, cluster_pods, nodes)
+        if lost and head:
+            # The driver ran on the head and Ray's job table lived in its GCS: both are gone. KubeRay's calls to
+            # the dashboard fail meanwhile and leave the status as it was.
+            self._stop_run(key)
+            self._head_lost[key] = [time.monotonic(), 0]
+            return
+        if lost:
+            self._ray_job_ended(key, job, False, f"Ray node lost: {lost}")
+            return
+        code = run.poll()
+        if code is not None:
+            self._ray_job_ended(key, job, code == 0, "" if code == 0 else run.failure_message())
+        elif status.get("jobStatus") != "RUNNING":
+            self._patch_job(job, sj.running())
+
+    def _resubmit(self, key, job: dict, cluster_pods: list[dict]) -> None:
+        """KubeRay's submitter Job after the head was lost: each retry finds Ray's job unknown to the head (if one
+        is up) and submits it again under the same submission id, so the entrypoint runs again from the start."""
+        lost_at, used = self._head_lost[key]
+        if time.monotonic() - lost_at < SUBMITTER_RETRIES[used]:
+            return
+        live = [p for p in cluster_pods if sc.pod_is_live(p)]
+        if any(p["metadata"]["labels"].get("ray.io/node-type") == "head" and sc.pod_is_ready(p) for p in live):
+            self._head_lost.pop(key)
+            self._track(key, live)
+            if self._submit(key, job, live):
+                self._patch_job(job, sj.pending())
+            return
+        self._head_lost[key][1] = used = used + 1
+        if used == len(SUBMITTER_RETRIES):
+            self._forget(key)
+            self._patch_job(job, sj.submission_failed())
+
+    def _track(self, key, cluster_pods: list[dict]) -> None:
+        """The pods a Ray job starts on; losing one of them later is a node loss for the job."""
+        self._tracked[key] = {
+            p["metadata"]["uid"]: (p["spec"].get("nodeName", ""), p["metadata"]["labels"].get("ray.io/node-type"))
+            for p in cluster_pods
+        }
+
+    def _submit(self, key, job: dict, cluster_pods: list[dict]) -> bool:
+        """Run mode: start the Ray job's entrypoint on the head; when it cannot start, Ray never got the job and
+        the RayJob fails as KubeRay reports a failed submission (False)."""
+        try:
+            self._start_run(key, job, cluster_pods)
+        except (podrun.PodRunError, podnet.PodNetError, ApiException) as err:
+            self._finish(key, job, False, "SubmissionFailed", f"cannot start the entrypoint: {err}")
+            return False
+        return True
 
     def _start_run(self, key, job: dict, cluster_pods: list[dict]) -> sj.EntrypointRun:
         heads = [p for p in cluster_pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
         if not heads:
             raise podrun.PodRunError("the RayCluster has no head pod")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        run = sj.EntrypointRun(job, heads[0], self.materialiser, self.log_dir, self.network)
+        submission = self._submissions[key] = self._submissions.get(key, 0) + 1
+        run = sj.EntrypointRun(job, heads[0], self.materialiser, self.log_dir, self.network, submission)
         self._runs[key] = run
         return run
 
-    def _lost(self, key, pods: list[dict], nodes: dict) -> str:
-        """Describe the first Ray pod (present when the job started) that is gone or whose node is."""
+    def _lost(self, key, pods: list[dict], nodes: dict) -> tuple[str, bool]:
+        """Describe the first Ray pod (present when the job started) that is gone or whose node is, and whether it
+        was the head; ("", False) when none is."""
         current = {p["metadata"]["uid"]: p for p in pods}
-        for uid, node_name in (self._tracked.get(key) or {}).items():
+        for uid, (node_name, node_type) in (self._tracked.get(key) or {}).items():
+            head = node_type == "head"
             pod = current.get(uid)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
-                return f"pod {uid} on node {node_name} was deleted"
+                return f"pod {uid} on node {node_name} was deleted", head
             if (pod.get("status") or {}).get("phase") == "Failed":
-                return f"pod {pod['metadata']['name']} failed on node {node_name}"
+                return f"pod {pod['metadata']['name']} failed on node {node_name}", head
             node = nodes.get(node_name)
             if node is None:
-                return f"node {node_name} (pod {pod['metadata']['name']}) is gone"
+                return f"node {node_name} (pod {pod['metadata']['name']}) is gone", head
             conditions = (node.get("status") or {}).get("conditions") or []
             if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-                return f"node {node_name} (pod {pod['metadata']['name']}) is NotReady"
-        return ""
+                return f"node {node_name} (pod {pod['metadata']['name']}) is NotReady", head
+        return "", False
 
 
 def _deletion_requested(meta: dict, before: datetime | None) -> bool:

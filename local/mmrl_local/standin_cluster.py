@@ -115,6 +115,21 @@ def merge_patch_for(old: dict, new: dict) -> dict:
     return patch
 
 
+# RayClusterStatus's counters are Go int32/int64 fields tagged `omitempty`: KubeRay never writes a zero.
+OMITTED_WHEN_ZERO = (
+    "readyWorkerReplicas",
+    "availableWorkerReplicas",
+    "desiredWorkerReplicas",
+    "minWorkerReplicas",
+    "maxWorkerReplicas",
+    "observedGeneration",
+)
+
+
+def omit_zero(status: dict) -> dict:
+    return {k: v for k, v in status.items() if not (k in OMITTED_WHEN_ZERO and not v)}
+
+
 def prune(obj):
     """Drop None values recursively (the API server never stores them)."""
     if isinstance(obj, dict):
@@ -157,14 +172,16 @@ def cluster_status(
     old = cluster.get("status") or {}
     previous = old.get("conditions") or []
     if spec.get("suspend"):
-        return {
-            "state": "suspended",
-            "conditions": [_condition("RayClusterSuspended", True, "RayClusterSuspended", "", previous, now)],
-            "readyWorkerReplicas": 0,
-            "availableWorkerReplicas": 0,
-            "desiredWorkerReplicas": 0,
-            "observedGeneration": cluster["metadata"].get("generation"),
-        }
+        return omit_zero(
+            {
+                "state": "suspended",
+                "conditions": [_condition("RayClusterSuspended", True, "RayClusterSuspended", "", previous, now)],
+                "readyWorkerReplicas": 0,
+                "availableWorkerReplicas": 0,
+                "desiredWorkerReplicas": 0,
+                "observedGeneration": cluster["metadata"].get("generation"),
+            }
+        )
     wants = wanted_groups(cluster)
     heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head" and pod_is_live(p)]
     workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker" and pod_is_live(p)]
@@ -223,4 +240,4 @@ def cluster_status(
     if service_name:
         status["head"]["serviceName"] = service_name
         status["endpoints"] = {k: str(v) for k, v in HEAD_PORTS.items()}
-    return prune(status)
+    return prune(omit_zero(status))

@@ -10,6 +10,7 @@ directives, e.g. ``"succeed-after=2"``, ``"fail-after=1"``, ``"succeed-after=30,
 from __future__ import annotations
 
 import secrets
+import shlex
 import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,11 +82,12 @@ def validation_error(job: dict) -> str | None:
 
 
 def initializing(job: dict, cluster_name: str) -> dict:
+    """KubeRay's first status (``initRayJobStatusIfNeed``). Like every status below it leaves out what KubeRay's
+    Go types omit when empty (``omitempty``): no ``jobStatus`` until Ray has reported one."""
     spec = job.get("spec") or {}
     ns = job["metadata"]["namespace"]
     return {
         "jobDeploymentStatus": "Initializing",
-        "jobStatus": "",
         "jobId": spec.get("jobId") or f"{job['metadata']['name']}-{secrets.token_hex(3)[:5]}",
         "rayClusterName": cluster_name,
         "dashboardURL": f"{cluster_name}-head-svc.{ns}.svc.cluster.local:8265",
@@ -94,8 +96,43 @@ def initializing(job: dict, cluster_name: str) -> dict:
     }
 
 
+def submitted() -> dict:
+    """The cluster is ready and the submitter Job exists: KubeRay moves to Running before it has asked Ray about
+    the job, so there is no ``jobStatus`` yet (its next reconcile, up to 3 s later, reads Ray's)."""
+    return {"jobDeploymentStatus": "Running"}
+
+
+def pending() -> dict:
+    """Ray's job exists and its driver has not started (Ray's wording, ``JobInfo.__post_init__``)."""
+    return {"jobDeploymentStatus": "Running", "jobStatus": "PENDING", "message": "Job has not started yet."}
+
+
 def running() -> dict:
     return {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "message": "Job is currently running."}
+
+
+RAY_TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def ray_job_ended(succeeded: bool, message: str = "") -> dict:
+    """Ray's job ended while KubeRay's submitter Job has not finished yet (it follows the job's logs): KubeRay
+    copies Ray's status and message but stays Running, without a reason; its next reconcile ends the RayJob."""
+    if succeeded:
+        return {"jobStatus": "SUCCEEDED", "message": message or "Job finished successfully."}
+    return {"jobStatus": "FAILED", "message": message or "Job failed."}
+
+
+def submission_failed() -> dict:
+    """The submitter Job hit its backoffLimit (KubeRay's default 2: three pods failed): KubeRay fails the RayJob
+    with SubmissionFailed and leaves ``jobStatus`` as Ray last reported it."""
+    return {
+        "jobDeploymentStatus": "Failed",
+        "reason": "SubmissionFailed",
+        "message": "Job submission has failed. Reason: BackoffLimitExceeded. "
+        "Message: Job has reached the specified backoff limit",
+        "endTime": now_iso(),
+        "failed": 1,
+    }
 
 
 def finished(succeeded: bool, reason: str = "AppFailed", message: str = "") -> dict:
@@ -127,7 +164,28 @@ def is_terminal(status: dict) -> bool:
     return status.get("jobDeploymentStatus") in ("Complete", "Failed", "ValidationFailed")
 
 
-RAY_LOG_LINES = 10  # Ray's job supervisor quotes the last 10 lines of the driver's output on failure
+RAY_LOG_LINES = 10  # Ray's job supervisor quotes the last 10 lines of the job's log on failure
+RAY_LOG_CHARS = 20000
+
+
+def ray_entrypoint(entrypoint: str) -> str:
+    """The entrypoint as Ray receives it from KubeRay's submitter: ``ray job submit ... -- <entrypoint>`` runs in
+    a shell, which splits it into words, and Ray's CLI joins them again with ``shlex.join``. (Exact for plain words
+    and quotes; the submitter's shell would also expand variables and act on ``&&``, ``;`` and redirections.)"""
+    try:
+        return shlex.join(shlex.split(entrypoint))
+    except ValueError:
+        return entrypoint
+
+
+def ray_log_header(job_id: str, entrypoint: str) -> str:
+    """The two lines Ray (2.60) writes at the top of every job's log, before the driver's own output: the job
+    manager's, in Ray's logger format, then the supervisor's."""
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    return (
+        f"{stamp}\tINFO job_manager.py:581 -- Runtime env is setting up.\n"
+        f"Running entrypoint for job {job_id}: {ray_entrypoint(entrypoint)}\n"
+    )
 
 
 class EntrypointRun:
@@ -143,17 +201,17 @@ class EntrypointRun:
         materialiser: podrun.PodMaterialiser,
         log_dir: Path,
         network: podnet.PodNetwork | None = None,
+        submission: int = 1,
     ) -> None:
         meta = job["metadata"]
-        self.log = log_dir / f"{meta['namespace']}_{meta['name']}.log"
+        base = f"{meta['namespace']}_{meta['name']}" + (f".{submission}" if submission > 1 else "")
+        self.log = log_dir / f"{base}.log"
+        job_id = (job.get("status") or {}).get("jobId", "")
         view = materialiser.view(head_pod)
-        view.env.update(
-            {
-                "MMRL_LOCAL_RAYJOB": f"{meta['namespace']}/{meta['name']}",
-                "RAY_JOB_ID": (job.get("status") or {}).get("jobId", ""),
-            }
-        )
-        root = log_dir / "roots" / f"{meta['namespace']}_{meta['name']}"
+        view.env.update({"MMRL_LOCAL_RAYJOB": f"{meta['namespace']}/{meta['name']}", "RAY_JOB_ID": job_id})
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log.write_text(ray_log_header(job_id, job["spec"]["entrypoint"]))
+        root = log_dir / "roots" / base
         sandbox = network.sandbox(head_pod) if network is not None else None
         self.proc: subprocess.Popen = podrun.spawn_in_pod(
             view, ["bash", "-c", job["spec"]["entrypoint"]], self.log, root, sandbox
@@ -166,13 +224,12 @@ class EntrypointRun:
         procs.stop(self.proc, timeout=3.0)
 
     def failure_message(self) -> str:
-        """Ray's own wording for a failed entrypoint, which KubeRay copies into the RayJob's status.message."""
+        """Ray's own wording for a failed entrypoint (``JobSupervisor``), which KubeRay copies into the RayJob's
+        status.message: the last lines of the job's log, newlines kept."""
         code = self.proc.returncode
-        tail = (
-            self.log.read_text(errors="replace").rstrip("\n").splitlines()[-RAY_LOG_LINES:] if self.log.exists() else []
-        )
+        lines = self.log.read_text(errors="replace").splitlines(keepends=True) if self.log.exists() else []
+        tail = "".join(lines[-RAY_LOG_LINES:])[-RAY_LOG_CHARS:]
         if not tail:
             return f"Job entrypoint command failed with exit code {code}. No logs available."
-        lines = "\n".join(tail)[-20000:]
         head = f"Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 chars)"
-        return f"{head}:\n{lines}"
+        return f"{head}:\n{tail}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from mmrl_local import procs
+from mmrl_local import kuberay_standin, procs
 from tests.cluster.ray_factories import RAY, raycluster, rayjob
 
 pytestmark = pytest.mark.cluster
@@ -160,9 +160,11 @@ def test_run_mode_executes_the_entrypoint(custom, namespace, kuberay, ray_nodes,
 
     assert status["jobStatus"] == expected
     if expected == "FAILED":
-        # Ray's own wording, which KubeRay copies into the RayJob: the operator reads the exit code from it.
+        # Ray's own wording, which KubeRay copies into the RayJob: the operator reads the exit code from it. The
+        # log Ray quotes starts with its own two lines and keeps the driver's newlines.
         assert status["message"].startswith("Job entrypoint command failed with exit code 3, last available logs")
-        assert status["message"].endswith("\nboom")
+        assert "\nRunning entrypoint for job real-" in status["message"]
+        assert status["message"].endswith("\nboom\n")
 
 
 def test_run_mode_job_fails_and_stops_when_its_node_is_lost(
@@ -178,4 +180,56 @@ def test_run_mode_job_fails_and_stops_when_its_node_is_lost(
 
     status = finished_job(custom, namespace, "long", wait)
     assert (status["jobStatus"], status["reason"]) == ("FAILED", "AppFailed")
+    assert procs.wait_gone([pid], timeout=10) == []
+
+
+def test_run_mode_reruns_the_job_on_a_recreated_head(
+    custom, core, namespace, kuberay_run, ray_nodes, hyperpod_nodes, wait, monkeypatch
+) -> None:
+    """As KubeRay and Ray do (tests/cluster/test_kuberay_contract.py): the Ray job dies with its head, the RayJob
+    stays Running, the submitter's retry submits it again on the new head, and the workers restart on its GCS."""
+    monkeypatch.setattr(kuberay_standin, "SUBMITTER_RETRIES", (0.5, 1.0))
+    ready_cluster(custom, namespace, "rc", wait)
+    custom.create_namespaced_custom_object(*RAY, namespace, "rayjobs", rayjob("long", "rc", entrypoint="sleep 600"))
+    pid = wait(lambda: kuberay_run.entrypoint_pids().get(f"{namespace}/long"), what="the entrypoint to start")
+
+    hyperpod_nodes.replace(hyperpod_nodes.names[0])  # the controller node, the head's
+
+    rerun = wait(
+        lambda: (p := kuberay_run.entrypoint_pids().get(f"{namespace}/long")) not in (None, pid) and p,
+        what="the entrypoint to run again",
+    )
+    assert procs.wait_gone([pid], timeout=10) == [] and rerun
+    assert get(custom, namespace, "rayjobs", "long")["status"]["jobDeploymentStatus"] == "Running"
+
+    def workers_restarted() -> bool:
+        pods = core.list_namespaced_pod(namespace, label_selector="ray.io/node-type=worker").items
+        return all(p.status.container_statuses[0].restart_count == 1 for p in pods)
+
+    wait(workers_restarted, what="the workers to restart on the new head's GCS")
+    wait(
+        lambda: get(custom, namespace, "rayclusters", "rc")["status"].get("readyWorkerReplicas") == 2,
+        what="the workers ready again",
+    )
+
+
+def test_run_mode_fails_the_submission_when_no_head_comes_back(
+    custom, namespace, kuberay_run, ray_nodes, hyperpod_nodes, wait, monkeypatch
+) -> None:
+    """The submitter Job's retries run out while the head cannot be scheduled: KubeRay fails the RayJob with
+    SubmissionFailed and leaves jobStatus as Ray last reported it."""
+    monkeypatch.setattr(kuberay_standin, "SUBMITTER_RETRIES", (0.5, 1.0))
+    ready_cluster(custom, namespace, "rc", wait)
+    custom.create_namespaced_custom_object(*RAY, namespace, "rayjobs", rayjob("long", "rc", entrypoint="sleep 600"))
+    pid = wait(lambda: kuberay_run.entrypoint_pids().get(f"{namespace}/long"), what="the entrypoint to start")
+    wait(lambda: get(custom, namespace, "rayjobs", "long")["status"].get("jobStatus") == "RUNNING", what="RUNNING")
+
+    hyperpod_nodes.delete(hyperpod_nodes.names[0])  # the only controller node: the new head stays Pending
+
+    status = finished_job(custom, namespace, "long", wait)
+    assert (status["jobDeploymentStatus"], status["reason"], status["jobStatus"]) == (
+        "Failed",
+        "SubmissionFailed",
+        "RUNNING",
+    )
     assert procs.wait_gone([pid], timeout=10) == []

@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from mmrl_local import build, podnet
 from mmrl_local.demo import Demo
@@ -22,6 +21,7 @@ from mmrl_operator.chat_cli import ask
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.operator import Jobs
+from tests.support.ray_dashboard import ray_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -72,16 +72,6 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert summary.plot is not None and summary.plot.stat().st_size > 0
     events = Jobs(api_client, namespace).events(d.name)
     assert events.count("AttemptStarted") == 2 and "NodeFault" in events and "Succeeded" in events
-
-
-def ray_jobs(api_client, namespace: str, cluster: str) -> dict[str, str]:
-    """Ray's own job list, from the head's dashboard through the apiserver's service proxy: submission id ->
-    status."""
-    core = client.CoreV1Api(api_client)
-    resp = core.connect_get_namespaced_service_proxy_with_path(
-        f"{cluster}-head-svc:dashboard", namespace, "api/jobs/", _preload_content=False
-    )
-    return {j["submission_id"]: j["status"] for j in json.loads(resp.data) if j.get("submission_id")}
 
 
 def assert_ran_on_real_ray(d: Demo, api_client, namespace: str, summary) -> None:
