@@ -470,15 +470,21 @@ class KubeRayStandIn:
             self._finish(key, job, False, "AppFailed", f"RayCluster {cluster_name} not found.")
             return
         cluster_pods = pods.get((ns, cluster_name), [])
+        if key in self._head_lost:
+            self._resubmit(key, job, cluster_pods, script)
+            return
         if script.outcome == "run":
             self._reconcile_run(key, job, status, cluster_pods, nodes)
             return
         if script.fail_on_node_loss:
-            lost, _ = self._lost(key, cluster_pods, nodes)
+            lost, head = self._lost(key, cluster_pods, nodes)
+            if lost and head:  # as in run mode: the RayJob stays as it was and the submitter retries
+                self._head_lost[key] = [time.monotonic(), 0]
+                return
             if lost:
                 self._ray_job_ended(key, job, False, f"Ray node lost: {lost}")
                 return
-        if status.get("jobStatus") is None:
+        if status.get("jobStatus") != "RUNNING":
             self._patch_job(job, sj.running())  # KubeRay's first poll of the dashboard after submitting
             return
         since = self._since.setdefault(key, time.monotonic())
@@ -488,9 +494,6 @@ class KubeRayStandIn:
     def _reconcile_run(self, key, job: dict, status: dict, cluster_pods: list[dict], nodes: dict) -> None:
         """Run mode, RayJob Running: the entrypoint's exit decides; a lost head sends the job back to the
         submitter's retries (``_resubmit``); a lost worker fails it, as the trainer does when a Ray actor dies."""
-        if key in self._head_lost:
-            self._resubmit(key, job, cluster_pods)
-            return
         run = self._runs.get(key)
         if run is None:  # the stand-in restarted while Ray was running the job: Ray lost the driver with it
             self._finish(key, job, False, "AppFailed", "the Ray job's driver is gone")
@@ -511,9 +514,10 @@ class KubeRayStandIn:
         elif status.get("jobStatus") != "RUNNING":
             self._patch_job(job, sj.running())
 
-    def _resubmit(self, key, job: dict, cluster_pods: list[dict]) -> None:
+    def _resubmit(self, key, job: dict, cluster_pods: list[dict], script: sj.Script) -> None:
         """KubeRay's submitter Job after the head was lost: each retry finds Ray's job unknown to the head (if one
-        is up) and submits it again under the same submission id, so the entrypoint runs again from the start."""
+        is up) and submits it again under the same submission id, so the entrypoint runs again from the start (a
+        scripted job's clock starts again)."""
         lost_at, used = self._head_lost[key]
         if time.monotonic() - lost_at < SUBMITTER_RETRIES[used]:
             return
@@ -521,7 +525,8 @@ class KubeRayStandIn:
         if any(p["metadata"]["labels"].get("ray.io/node-type") == "head" and sc.pod_is_ready(p) for p in live):
             self._head_lost.pop(key)
             self._track(key, live)
-            if self._submit(key, job, live):
+            self._since[key] = time.monotonic()
+            if script.outcome != "run" or self._submit(key, job, live):
                 self._patch_job(job, sj.pending())
             return
         self._head_lost[key][1] = used = used + 1

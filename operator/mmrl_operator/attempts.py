@@ -11,7 +11,12 @@ from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.decision import Decision, Delete, parse_ts, ts
-from mmrl_operator.faults import infra_signal, previous_attempt_lingers, ray_pods_not_in_place
+from mmrl_operator.faults import (
+    infra_signal,
+    previous_attempt_lingers,
+    ray_pods_not_in_place,
+    workers_of_a_previous_head,
+)
 from mmrl_operator.names import rayjob_name
 from mmrl_operator.observed import pod_set_digest, queued_by_kueue, rayjob_outcome
 from mmrl_operator.preflight import passed_before_attempt_one, preflight_due, step_preflight
@@ -101,7 +106,12 @@ def track_running(d: Decision, cur: Attempt) -> None:
         # Kueue took the cluster back (preemption): the pods are going, so is the attempt. Not a failure.
         d.delete_rayjob(cur.index)
         end_attempt(d, cur, "preemption", None, "the RayCluster was preempted by Kueue", result="Stopped")
-    elif d.stopping and outcome in ("Pending", "Running"):
+    elif why and outcome in ("Pending", "Running") and (d.stopping or cur.pod_set):
+        # An attempt runs on the Ray pods it started with. A node going away, or a Ray pod lost or recreated under
+        # it, ends it here: KubeRay does not fail a RayJob whose head was replaced (its submitter resubmits the
+        # job to the new head, which reruns the trainer inside the same attempt), and Ray retries a task whose
+        # node died. The next attempt resumes from the latest complete checkpoint, with the fault on record. (An
+        # attempt started before any Ray pod was observed has no pod set to compare with.)
         d.delete_rayjob(cur.index)
         end_attempt(d, cur, "infra", node, f"stopped: {why}", result="Stopped")
     elif fatal is not None:
@@ -231,6 +241,12 @@ def ready_to_start(d: Decision) -> bool:
     if queued_by_kueue(d.obs.raycluster):
         queue = (d.spec.cluster.kueue.queue_name if d.spec.cluster.kueue else None) or "its queue"
         d.set_phase("Queued", f"the RayCluster waits for Kueue to admit it ({queue})", "QueuedByKueue")
+        return False
+    if orphans := workers_of_a_previous_head(d):
+        for pod in orphans:  # KubeRay recreates them; they join the live head
+            d.plan.delete.append(Delete("v1", "Pod", pod.name))
+        names = ", ".join(p.name for p in orphans)
+        d.set_phase("Recovering", f"replacing Ray worker pods that joined the previous head: {names}")
         return False
     if not d.cluster_ready():
         phase = "Provisioning" if d.status.attempt == 0 else "Recovering"

@@ -27,7 +27,14 @@ from mmrl_operator.caches import Caches
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import ApplyRejected, JobGone, Kube
 from mmrl_operator.names import attempt_of, inference_name, job_uid, raycluster_name
-from mmrl_operator.observed import Observed, PodInfo, ServingObserved, adapter_check_failure, pod_problem
+from mmrl_operator.observed import (
+    Observed,
+    PodInfo,
+    ServingObserved,
+    adapter_check_failure,
+    pod_problem,
+    ray_container_started,
+)
 from mmrl_operator.ownership import controlled_by, describe, ray_pod_of
 from mmrl_operator.prober import Probe, Target
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
@@ -92,6 +99,7 @@ def observe(
                 terminating=bool(meta.get("deletionTimestamp")),
                 problem=pod_problem(p),
                 spec_hash=(meta.get("labels") or {}).get(SPEC_HASH_LABEL),
+                started=parse_ts(ray_container_started(p)),
             )
         )
     lookup = node_lookup or kube.get_node

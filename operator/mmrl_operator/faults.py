@@ -5,7 +5,7 @@ from __future__ import annotations
 from mmrl_api.status import Attempt
 from mmrl_operator.decision import Decision, Delete
 from mmrl_operator.names import rayjob_name
-from mmrl_operator.observed import desired_workers, pod_set_digest, rayjob_outcome
+from mmrl_operator.observed import PodInfo, desired_workers, pod_set_digest, rayjob_outcome
 from mmrl_operator.shape import dig
 
 
@@ -79,3 +79,18 @@ def ray_pods_not_in_place(d: Decision) -> str | None:
     if len(live) < want:
         return f"{len(live)} of {want} Ray pods exist"
     return None
+
+
+def workers_of_a_previous_head(d: Decision) -> list[PodInfo]:
+    """Worker pods whose Ray container started before the live head pod was created: they joined a head that is
+    gone. Without GCS fault tolerance Ray cannot move them to the new head; their raylets only exit once they give
+    up on the old GCS, and until then their readiness probe passes and KubeRay counts them ready."""
+    heads = [p for p in d.obs.pods if p.component == "ray-head" and not p.terminating and p.created]
+    if len(heads) != 1:
+        return []
+    born = heads[0].created
+    return [
+        p
+        for p in d.obs.pods
+        if p.component == "ray-worker" and not p.terminating and p.started is not None and p.started < born
+    ]

@@ -30,6 +30,8 @@ class PodInfo:
     """(reason, message) when the pod cannot start or keeps failing: see `pod_problem`."""
     spec_hash: str | None = None
     """Digest of the RayCluster spec the pod was built from (label mmrl.dev/spec-hash)."""
+    started: datetime | None = None
+    """When the pod's Ray container (KubeRay's container 0) last started running; None when it is not running."""
 
     @property
     def evicted_or_lost(self) -> bool:
@@ -101,6 +103,16 @@ def pod_problem(pod: dict[str, Any]) -> tuple[str, str] | None:
             detail = " ".join(text(waiting.get("message")).split())
             line = f"pod {name} container {text(cs.get('name'))}: {reason}"
             return reason, f"{line}: {detail}" if detail else line
+    return None
+
+
+def ray_container_started(pod: dict[str, Any]) -> str | None:
+    """`startedAt` of the running Ray container: KubeRay puts Ray in the pod's first container."""
+    containers = records(dig(pod, "spec", "containers"))
+    name = text(containers[0].get("name")) if containers else ""
+    for cs in records(dig(pod, "status", "containerStatuses")):
+        if text(cs.get("name")) == name:
+            return text(dig(cs, "state", "running", "startedAt")) or None
     return None
 
 

@@ -37,3 +37,17 @@ def test_healthy_starting_finished_and_deleted_pods_have_no_problem() -> None:
     backoff = [{"name": "ray-head", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
     assert pod_problem(pod({"phase": "Failed", "containerStatuses": backoff})) is None
     assert pod_problem(pod({"phase": "Running", "containerStatuses": backoff}, deleting=True)) is None
+
+
+def test_the_ray_containers_start_is_read_from_kuberays_first_container() -> None:
+    from mmrl_operator.observed import ray_container_started
+
+    spec = {"containers": [{"name": "ray-worker"}, {"name": "log-shipper"}]}
+    statuses = [
+        {"name": "log-shipper", "state": {"running": {"startedAt": "2026-12-01T12:00:09Z"}}},
+        {"name": "ray-worker", "state": {"running": {"startedAt": "2026-12-01T12:00:05Z"}}},
+    ]
+    running = {"metadata": {"name": "w"}, "spec": spec, "status": {"containerStatuses": statuses}}
+    assert ray_container_started(running) == "2026-12-01T12:00:05Z"
+    waiting = [{"name": "ray-worker", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
+    assert ray_container_started({"spec": spec, "status": {"containerStatuses": waiting}}) is None

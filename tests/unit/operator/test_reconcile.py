@@ -470,3 +470,47 @@ def test_the_event_of_our_own_status_write_needs_a_pass_only_while_there_is_a_ne
     assert settled(stored(j, first), 1, Observed(raycluster=pending), T0)
     # The cluster is ready: the pass that wrote Provisioning was not the last step, a pass must start attempt 1.
     assert not settled(stored(j, first), 1, Observed(raycluster=ready_cluster(j)), T0)
+
+
+def test_head_recreated_under_a_running_rayjob_stops_the_attempt_as_infra() -> None:
+    # KubeRay keeps the RayJob Running when its head is replaced and resubmits the job to the new head: the
+    # operator, not KubeRay, ends the attempt so that the rerun is a recorded attempt that resumes.
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0))
+    assert j.status.attempts[0].pod_set is not None
+    new_head = PodInfo("geo-head-2", "ray-head", "hyperpod-i-3", T0 + timedelta(seconds=40), "Running")
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=[new_head, PODS[1]])
+    plan = decide(j, 1, world, T0 + timedelta(seconds=60))
+    (attempt,) = plan.status["attempts"]
+    assert attempt["result"] == "Stopped" and attempt["failure"] == "infra"
+    assert "lost or recreated" in attempt["message"]
+    assert [(d.kind, d.name) for d in plan.delete] == [("RayJob", "geo-a1")]
+    assert plan.status["restarts"] == {"infra": 1}
+
+
+def test_the_same_pods_under_a_running_rayjob_keep_it_running() -> None:
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0))
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS), T0)
+    assert plan.delete == [] and plan.status["attempts"][0]["result"] == "Running"
+
+
+def test_workers_that_joined_the_previous_head_are_replaced_before_the_next_attempt() -> None:
+    # After a head is recreated KubeRay reports the cluster ready while the old workers' raylets still wait for
+    # the previous GCS: their containers started before the new head pod existed.
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0))
+    later = T0 + timedelta(seconds=30)
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS[1:]), later))
+    head = PodInfo("geo-head-2", "ray-head", "hyperpod-i-3", later, "Running", started=later)
+    old_worker = PodInfo("geo-worker-1", "ray-worker", "hyperpod-i-1", T0, "Running", started=T0)
+    after = later + timedelta(minutes=5)
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=[head, old_worker]), after)
+    assert [(d.kind, d.name) for d in plan.delete] == [("Pod", "geo-worker-1")]
+    assert "RayJob/geo-a2" not in kinds(plan) and "previous head" in plan.status["message"]
+    restarted = PodInfo("geo-worker-1", "ray-worker", "hyperpod-i-1", T0, "Running", started=later)
+    plan = decide(j, 1, Observed(raycluster=ready_cluster(j), pods=[head, restarted]), after)
+    assert "RayJob/geo-a2" in kinds(plan)

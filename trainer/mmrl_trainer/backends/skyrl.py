@@ -194,7 +194,9 @@ def _train(cfg: TrainerConfig, skyrl_cfg: Any, attempt: int | None) -> None:  # 
 
     reward = json.loads(cfg.dataset.reward.model_dump_json(by_alias=False))
 
-    @ray.remote(num_cpus=1)
+    # No retries: a node lost under the entry task ends this attempt, and the operator starts the next one from
+    # the latest complete checkpoint. Ray's default (3 retries) would rerun training inside the same attempt.
+    @ray.remote(num_cpus=1, max_retries=0)
     def entry(skyrl_cfg) -> None:
         # Registration must happen in the process that builds the generator and its environments.
         import skyrl_gym
