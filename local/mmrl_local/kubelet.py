@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,12 @@ from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
 from mmrl_local import images, podnet
-from mmrl_local.kubelet_pod import PodWorker, finish_delete, now_iso
+from mmrl_local.clock import micro_now, now_iso
+from mmrl_local.kubelet_pod import PodWorker, finish_delete
 
 log = logging.getLogger("mmrl_local.kubelet")
 POD_RANGE = ipaddress.ip_network("10.244.128.0/17")  # kwok hands out podnet.KWOK_POD_CIDR, the other half
 LEASE_SECONDS = 40
-
-
-def _micro_now() -> str:  # a Lease's renewTime is a MicroTime
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def is_ours(node: dict[str, Any]) -> bool:
@@ -243,7 +239,7 @@ class Kubelet:
             return
         try:
             self.core.patch_node_status(name, {"status": node_status(node, now_iso())})
-            self._renew_lease(name, node["metadata"]["uid"], _micro_now())
+            self._renew_lease(name, node["metadata"]["uid"], micro_now())
         except ApiException as err:
             if err.status != 404:
                 raise

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import etchosts, podnet, podrun, procs
+from mmrl_local.clock import now_iso
 from mmrl_local.images import POD_HOME
 from mmrl_local.mountns import Mount
 from mmrl_local.probes import ProbeState
@@ -39,10 +39,6 @@ from mmrl_local.probes import ProbeState
 log = logging.getLogger("mmrl_local.kubelet")
 BACKOFF_MAX = 10.0
 CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def finish_delete(core: client.CoreV1Api, namespace: str, name: str, uid: str) -> None:

@@ -38,6 +38,7 @@ from mmrl_local import hyperpod as hp
 from mmrl_local import podnet, podrun, rest
 from mmrl_local import standin_cluster as sc
 from mmrl_local import standin_job as sj
+from mmrl_local.clock import now_iso
 
 log = logging.getLogger("mmrl_local.kuberay_standin")
 RAY = ("ray.io", "v1")
@@ -254,7 +255,7 @@ class KubeRayStandIn:
         if self.gcs_restarts and not suspended:
             self._restart_workers_on_new_gcs((ns, name), pods)
         service = sc.head_service_name(name) if not suspended else None
-        status = sc.cluster_status(cluster, pods, service, sj.now_iso(), strict=self.strict)
+        status = sc.cluster_status(cluster, pods, service, now_iso(), strict=self.strict)
         patch = sc.merge_patch_for(cluster.get("status") or {}, status)
         if patch:
             self._merge_patch(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}/status", {"status": patch})
@@ -295,7 +296,7 @@ class KubeRayStandIn:
         """Write the status a kubelet reports for a container that exited and started again (``ready`` False), or
         that passed its readiness probe again. False when the pod changed since it was read."""
         meta, status = pod["metadata"], copy.deepcopy(pod.get("status") or {})
-        now = sj.now_iso()
+        now = now_iso()
         for cond in status.get("conditions") or []:
             if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != str(ready):
                 cond.update({"status": str(ready), "lastTransitionTime": now})

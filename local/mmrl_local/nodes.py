@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
+from mmrl_local.clock import now_iso
 
 DEFAULT_CLUSTER = "mmrl-local"
 GPU_INSTANCE_TYPE = "ml.p5.48xlarge"
@@ -176,15 +177,11 @@ def report_fault(
     """What HyperPod's health-monitoring agent writes on a node where it found a fault: the fault-types and
     fault-reasons labels and the fault-details annotation (JSON); with ``health``, also that health status (and
     the taint that goes with it)."""
-    details = [{"type": fault_type, "reason": reason, "message": message or reason, "timestamp": _now()}]
+    details = [{"type": fault_type, "reason": reason, "message": message or reason, "timestamp": now_iso()}]
     labels = {hp.FAULT_TYPES: fault_type, hp.FAULT_REASONS: reason}
     api.patch_node(name, {"metadata": {"labels": labels, "annotations": {hp.FAULT_DETAILS: json.dumps(details)}}})
     if health is not None:
         set_health(api, name, health)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def set_not_ready(api: client.CoreV1Api, name: str, reason: str = "KubeletNotReady", *, wait: bool = True) -> None:

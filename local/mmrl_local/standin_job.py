@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mmrl_local import podnet, podrun, procs
+from mmrl_local.clock import now_iso
 
 
 class ScriptError(ValueError):
@@ -59,10 +60,6 @@ class Script:
                 )
         # A job that really runs on the cluster's pods dies with them.
         return cls(outcome, after, node_loss or outcome == "run", message)
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: str | None) -> datetime | None:
