@@ -155,6 +155,25 @@ class InferenceStatus(StatusModel):
     """The served name of the base model (the adapter's parent in /v1/models)."""
 
 
+MAX_AVOIDED_NODES = 8
+
+
+class AvoidedNode(StatusModel):
+    """A node whose fault ended one of this job's attempts. The job's Ray pods prefer other nodes while it is
+    remembered; it is forgotten once the node is replaced (its name is gone, or it came back as a new Node
+    object), or when newer faults push it out of the bounded list."""
+
+    node: str = Field(max_length=NAME_MAX)
+    uid: str = Field(max_length=64)
+    """The Node object's uid when the fault was seen: a different uid under the same name is a new instance."""
+    attempt: int = Field(ge=1)
+    """The attempt that ended on it."""
+    reason: str = Field(max_length=64)
+    """The operator's verdict on the node then (PendingReplacement, NotReady, DeepHealthCheckFailed, ...)."""
+    since: str = Field(max_length=64)
+    """When the attempt ended; Ray pods created on the node before this time are moved before the next attempt."""
+
+
 class JobStatus(StatusModel):
     phase: Phase = "Pending"
     conditions: list[Condition] = Field(default_factory=list, max_length=32)
@@ -168,6 +187,8 @@ class JobStatus(StatusModel):
         default_factory=list, max_length=MAX_JOB_PODS
     )
     """Nodes hosting this job's pods that currently report a fault."""
+    avoided_nodes: list[AvoidedNode] = Field(default_factory=list, max_length=MAX_AVOIDED_NODES)
+    """Nodes whose faults ended earlier attempts, oldest first: the next attempts' Ray pods prefer other nodes."""
     foreign_objects: list[Annotated[str, Field(max_length=NAME_MAX + 32)]] = Field(default_factory=list, max_length=16)
     """`Kind name` of objects that carry this job's label and a child's name but that the job does not control
     (their controller reference names something else): never adopted, never written. Each is warned about once."""

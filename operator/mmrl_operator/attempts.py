@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from mmrl_api.contract import fatal_reason, last_error_line
 from mmrl_api.status import Attempt
+from mmrl_operator import avoidance
 from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
@@ -195,6 +196,8 @@ def fail_without_retry(d: Decision, cur: Attempt, reason: str, ray_message: str)
 def end_attempt(d: Decision, cur: Attempt, kind: str, node: str | None, message: str, result: str = "Failed") -> None:
     cur.result, cur.failure, cur.end_time = result, kind, ts(d.now)  # type: ignore[assignment]
     cur.node, cur.message = node or cur.node, message[:1024]
+    if kind == "infra":
+        avoidance.remember(d, cur, cur.node)
     ended = "was stopped" if result == "Stopped" else "failed"
     budget = budget_of(kind)
     if budget is None:  # preempted: no budget, no backoff; Kueue decides when it runs again
@@ -257,6 +260,12 @@ def ready_to_start(d: Decision) -> bool:
         for pod in stale:  # KubeRay recreates them from the updated template
             d.plan.delete.append(Delete("v1", "Pod", pod.name))
         d.set_phase("Recovering", f"replacing {len(stale)} Ray pods built from the previous spec")
+        return False
+    if misplaced := avoidance.pods_placed_before_a_fault(d):
+        for pod, _ in misplaced:  # KubeRay recreates them, now with the preference for other nodes
+            d.plan.delete.append(Delete("v1", "Pod", pod.name))
+        pod, a = misplaced[0]
+        d.set_phase("Recovering", f"moving Ray pod {pod.name} off node {a.node}, whose fault ended attempt {a.attempt}")
         return False
     lingering = previous_attempt_lingers(d) or (ray_pods_not_in_place(d) if d.status.attempt else None)
     if lingering is not None:

@@ -56,10 +56,15 @@ def slim_rayjob(obj: Obj) -> Obj:
 
 
 def slim_pod(obj: Obj) -> Obj:
-    """Labels, timestamps, the node and the whole status (phase, reason, conditions, container states)."""
+    """Labels, timestamps, the node, the containers' names (which one is Ray's) and the whole status (phase,
+    reason, conditions, container states)."""
+    spec = obj.get("spec") or {}
     return {
         "metadata": _meta(obj),
-        "spec": {"nodeName": (obj.get("spec") or {}).get("nodeName")},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [{"name": k.get("name")} for k in spec.get("containers") or []],
+        },
         "status": obj.get("status") or {},
     }
 
@@ -74,7 +79,9 @@ def slim_node(obj: Obj) -> Obj:
         if cd.get("type") == "Ready"
     ]
     return {
-        "metadata": {k: meta[k] for k in ("name", "resourceVersion", "labels", "deletionTimestamp") if k in meta},
+        "metadata": {
+            k: meta[k] for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp") if k in meta
+        },
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
         "status": {"conditions": ready},
     }

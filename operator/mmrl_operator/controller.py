@@ -40,6 +40,7 @@ from mmrl_operator.prober import Probe, Target
 from mmrl_operator.reconcile import Plan, decide, parse_ts, ts
 from mmrl_operator.service_proxy import describe_error
 from mmrl_operator.serving import deployment_state
+from mmrl_operator.shape import dig
 from mmrl_operator.status_input import split_status
 
 log = logging.getLogger("mmrl.controller")
@@ -106,6 +107,10 @@ def observe(
     nodes = {}
     for node_name in sorted({p.node for p in pods if p.node}):
         nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
+    avoided_now = {
+        a.node: nodes[a.node].uid if a.node in nodes else dig(lookup(a.node), "metadata", "uid")
+        for a in job.status.avoided_nodes
+    }
     if serving is None:
         serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
     return Observed(
@@ -113,6 +118,7 @@ def observe(
         rayjobs=rayjobs,
         pods=pods,
         nodes=nodes,
+        avoided_now=avoided_now,
         serving=serving,
         foreign=tuple(sorted(foreign)),
         status_problems=tuple(status_problems or ()),

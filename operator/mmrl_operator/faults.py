@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mmrl_api.status import Attempt
+from mmrl_operator import avoidance
 from mmrl_operator.decision import Decision, Delete
 from mmrl_operator.names import rayjob_name
 from mmrl_operator.observed import PodInfo, desired_workers, pod_set_digest, rayjob_outcome
@@ -10,6 +11,7 @@ from mmrl_operator.shape import dig
 
 
 def watch_nodes(d: Decision) -> None:
+    avoidance.forget_replaced(d)
     faulted = sorted(n for n, v in d.obs.nodes.items() if v.fault)
     for name in faulted:
         if name not in d.status.degraded_nodes:

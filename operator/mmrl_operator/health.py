@@ -25,6 +25,8 @@ class NodeVerdict:
     """CamelCase, machine readable: Healthy, NodeDeleted, NotReady, PendingReplacement, PendingReboot,
     DeepHealthCheckFailed, FaultReported, Unschedulable, Cordoned, HealthCheckInProgress (healthy)."""
     message: str
+    uid: str | None = None
+    """The Node object's uid; None when the node is gone."""
 
     @property
     def fault(self) -> bool:
@@ -66,12 +68,13 @@ def node_verdict(name: str, node: dict[str, Any] | None, *, hyperpod: bool = Tru
     if node is None:
         return NodeVerdict(name, "stop", "NodeDeleted", f"node {name} was deleted; its pods are lost")
     labels = (node.get("metadata") or {}).get("labels") or {}
+    uid = (node.get("metadata") or {}).get("uid")
     fault = hyperpod_fault(labels) if hyperpod else ""
 
     def verdict(severity: Severity, reason: str, message: str) -> NodeVerdict:
         # Every verdict on a node HyperPod labelled with a fault says which, so the NodeFault event and the
         # attempt's message carry HyperPod's classification, not only ours.
-        return NodeVerdict(name, severity, reason, f"{message} (HyperPod {fault})" if fault else message)
+        return NodeVerdict(name, severity, reason, f"{message} (HyperPod {fault})" if fault else message, uid)
 
     if _ready_condition(node) in ("False", "Unknown"):
         return verdict("stop", "NotReady", f"node {name} is NotReady")
@@ -111,6 +114,7 @@ def health_signature(node: dict[str, Any] | None) -> tuple[Any, ...]:
         *c.HYPERPOD_FAULT_REASON_KEYS,
     )
     return (
+        (node.get("metadata") or {}).get("uid"),
         _ready_condition(node),
         _has_hyperpod_taint(node),
         bool((node.get("spec") or {}).get("unschedulable")),

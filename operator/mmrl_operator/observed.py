@@ -57,6 +57,9 @@ class Observed:
     rayjobs: dict[int, dict[str, Any]] = field(default_factory=dict)  # attempt -> RayJob
     pods: list[PodInfo] = field(default_factory=list)
     nodes: dict[str, NodeVerdict] = field(default_factory=dict)  # verdicts for nodes hosting our pods
+    avoided_now: dict[str, str | None] = field(default_factory=dict)
+    """The current uid of each node in status.avoidedNodes (None: the node is gone); a node not in it was not
+    looked at this pass."""
     serving: ServingObserved = field(default_factory=ServingObserved)
     """The inference Deployment, Service and /v1/models answer (only read once training succeeded)."""
     foreign: tuple[str, ...] = ()

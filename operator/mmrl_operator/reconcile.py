@@ -19,7 +19,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob
 from mmrl_api.status import InferenceStatus, JobStatus
 from mmrl_operator.attempts import adopt_orphan_attempt, budget_of, budget_raised, step_attempts
-from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.builders.raycluster import AVOIDED_NODES_ANNOTATION, SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
@@ -151,6 +151,9 @@ def ensure_children(d: Decision) -> None:
     if d.obs.raycluster is None:
         d.plan.apply.append(desired)
         d.event("Normal", "RayClusterCreated", f"creating RayCluster {desired['metadata']['name']}")
+    elif current_hash == d.desired_hash and avoided_changed(d.obs.raycluster, desired):
+        if cur is None or cur.result != "Running":  # the running attempt's pods are placed already
+            d.plan.apply.append(desired)
     elif current_hash != d.desired_hash:
         if cur is not None and cur.result == "Running":
             # A running attempt keeps the cluster it started on (its world size, its pods); the change is
@@ -161,3 +164,9 @@ def ensure_children(d: Decision) -> None:
             d.event("Normal", "RayClusterUpdated", "applied the changed Ray cluster spec")
     d.plan.apply += late
     d.status.ray_cluster = desired["metadata"]["name"]
+
+
+def avoided_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    """Whether the RayCluster's pod templates avoid other nodes than the job's faulty-node memory says."""
+    have = dig(current, "metadata", "annotations", AVOIDED_NODES_ANNOTATION)
+    return have != dig(desired, "metadata", "annotations", AVOIDED_NODES_ANNOTATION)

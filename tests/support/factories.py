@@ -47,9 +47,11 @@ def rayjob(deployment: str = "Running", job_status: str = "RUNNING", reason: str
     return {"metadata": {"name": "x"}, "status": st}
 
 
-def node(name: str, health: str = c.HEALTH_SCHEDULABLE, ready: bool = True, **labels: str) -> dict[str, Any]:
+def node(
+    name: str, health: str = c.HEALTH_SCHEDULABLE, ready: bool = True, uid: str | None = None, **labels: str
+) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "labels": {c.HYPERPOD_HEALTH_LABEL: health, **labels}},
+        "metadata": {"name": name, "uid": uid or f"uid-{name}", "labels": {c.HYPERPOD_HEALTH_LABEL: health, **labels}},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
     }
 

@@ -24,6 +24,8 @@ from mmrl_operator.names import kueue_labels, raycluster_name, service_account_n
 
 SPEC_HASH_ANNOTATION = "mmrl.dev/spec-hash"
 SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
+AVOIDED_NODES_ANNOTATION = "mmrl.dev/avoided-nodes"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PENDING_REBOOT]
 
 
@@ -182,11 +184,31 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
     digest = spec_hash(spec)
     # Every Ray pod carries the digest of the spec it was built from, so pods built from an older spec can be
     # found and replaced between attempts (KubeRay does not roll existing pods when a template changes).
-    for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]:
+    templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+    for template in templates:
         template["metadata"]["labels"][SPEC_HASH_LABEL] = digest
     metadata = child_metadata(job, raycluster_name(job.name), "raycluster", kueue_labels(job))
     metadata["annotations"] = {SPEC_HASH_ANNOTATION: digest}
+    # Faulty-node memory (operator/avoidance.py) is outside the digest: it changes which nodes new pods prefer,
+    # and must not make the pods already running on good nodes count as built from an older spec.
+    avoided = avoided_nodes(job)
+    if avoided:
+        metadata["annotations"][AVOIDED_NODES_ANNOTATION] = ",".join(avoided)
+        for template in templates:
+            _prefer_other_nodes(template["spec"], avoided)
     return {"apiVersion": c.RAY_API_VERSION, "kind": "RayCluster", "metadata": metadata, "spec": spec}
+
+
+def avoided_nodes(job: MultimodalRLJob) -> list[str]:
+    return sorted({a.node for a in (job.status.avoided_nodes if job.status else [])})
+
+
+def _prefer_other_nodes(pod: dict[str, Any], nodes: list[str]) -> None:
+    away = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": nodes}]}
+    node_affinity = pod.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {"weight": 100, "preference": away}
+    )
 
 
 def spec_hash(spec: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from mmrl_operator.observed import (
     desired_workers,
     pod_problem,
     queued_by_kueue,
+    ray_container_started,
     raycluster_ready,
     rayjob_outcome,
 )
@@ -107,6 +108,18 @@ def test_a_slim_rayjob_pod_and_node_give_the_same_answers() -> None:
     }
     assert pod_problem(slim_pod(stuck)) == pod_problem(stuck) is not None
     assert adapter_check_failure(slim_pod(stuck)) == adapter_check_failure(stuck)
+    running = {
+        **stuck,
+        "spec": {**stuck["spec"], "containers": [{"name": "ray-head", "image": "x"}, {"name": "sidecar"}]},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "sidecar", "state": {"running": {"startedAt": "2026-12-01T12:00:09Z"}}},
+                {"name": "ray-head", "state": {"running": {"startedAt": "2026-12-01T12:00:05Z"}}},
+            ],
+        },
+    }
+    assert ray_container_started(slim_pod(running)) == ray_container_started(running) == "2026-12-01T12:00:05Z"
     for whole in (
         node("n1"),
         node("n2", health=c.HEALTH_PENDING_REPLACEMENT),
