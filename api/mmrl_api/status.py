@@ -171,7 +171,7 @@ class AvoidedNode(StatusModel):
     reason: str = Field(max_length=64)
     """The operator's verdict on the node then (PendingReplacement, NotReady, DeepHealthCheckFailed, ...)."""
     since: str = Field(max_length=64)
-    """When the attempt ended; Ray pods created on the node before this time are moved before the next attempt."""
+    """When the attempt ended."""
 
 
 class JobStatus(StatusModel):

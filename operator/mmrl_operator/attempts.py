@@ -261,7 +261,7 @@ def ready_to_start(d: Decision) -> bool:
             d.plan.delete.append(Delete("v1", "Pod", pod.name))
         d.set_phase("Recovering", f"replacing {len(stale)} Ray pods built from the previous spec")
         return False
-    if misplaced := avoidance.pods_placed_before_a_fault(d):
+    if misplaced := avoidance.pods_placed_without_knowing(d):
         for pod, _ in misplaced:  # KubeRay recreates them, now with the preference for other nodes
             d.plan.delete.append(Delete("v1", "Pod", pod.name))
         pod, a = misplaced[0]

@@ -10,7 +10,7 @@ of another name) or a Node of the same name came back with another uid.
 from __future__ import annotations
 
 from mmrl_api.status import MAX_AVOIDED_NODES, Attempt, AvoidedNode
-from mmrl_operator.decision import Decision, parse_ts, ts
+from mmrl_operator.decision import Decision, ts
 from mmrl_operator.observed import PodInfo
 
 
@@ -37,15 +37,13 @@ def forget_replaced(d: Decision) -> None:
     d.status.avoided_nodes = kept
 
 
-def pods_placed_before_a_fault(d: Decision) -> list[tuple[PodInfo, AvoidedNode]]:
-    """Live Ray pods on a remembered node that were created before its fault was recorded (the scheduler placed
-    them without the preference). Pods created later stay: the scheduler chose the node knowing, for want of
-    another."""
+def pods_placed_without_knowing(d: Decision) -> list[tuple[PodInfo, AvoidedNode]]:
+    """Live Ray pods on a remembered node whose template did not yet avoid it: created before the fault, or by
+    KubeRay before the RayCluster carried the preference. Pods placed there with the preference stay: the scheduler
+    had no other node for them."""
     remembered = {a.node: a for a in d.status.avoided_nodes}
-    found = []
-    for pod in d.obs.pods:
-        a = remembered.get(pod.node or "")
-        since = parse_ts(a.since) if a else None
-        if a and since and not pod.terminating and pod.created is not None and pod.created < since:
-            found.append((pod, a))
-    return found
+    return [
+        (pod, remembered[pod.node])
+        for pod in d.obs.pods
+        if pod.node in remembered and pod.node not in pod.avoids and not pod.terminating
+    ]

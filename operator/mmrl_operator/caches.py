@@ -17,6 +17,7 @@ from mmrl_api import constants as c
 from mmrl_operator.health import health_signature
 from mmrl_operator.informer import Informer, Kind, Obj
 from mmrl_operator.kube import Kube
+from mmrl_operator.observed import avoided_by
 from mmrl_operator.ownership import controller_of
 
 log = logging.getLogger("mmrl.caches")
@@ -98,7 +99,8 @@ KINDS = {"RayCluster": (RAYCLUSTERS, slim_raycluster), "RayJob": (RAYJOBS, slim_
 
 class Caches:
     """Informers for nodes and the jobs' children. `wake(job)` is called for every change that concerns a job:
-    any change of one of its children, and a change of a node's health verdict for jobs with pods on that node."""
+    any change of one of its children, and a change of a node's health verdict (or its replacement) for jobs with
+    pods on that node or avoiding it."""
 
     def __init__(self, kube: Kube, namespaces: list[str], wake: Callable[[JobKey], None]) -> None:
         self.kube, self.wake = kube, wake
@@ -142,8 +144,11 @@ class Caches:
         return None if found is None else self.nodes.wrote(found)
 
     def jobs_on_node(self, name: str) -> set[JobKey]:
+        """Jobs with pods on the node, and jobs whose RayCluster avoids it (faulty-node memory: they forget it when
+        it is replaced)."""
         pods = self.children["Pod"].items(lambda p: p["spec"].get("nodeName") == name)
-        return {job for p in pods if (job := job_of(p)) is not None}
+        clusters = self.children["RayCluster"].items(lambda r: name in avoided_by(r))
+        return {job for o in [*pods, *clusters] if (job := job_of(o)) is not None}
 
     # --- our own writes --------------------------------------------------------------------------------------------
     def wrote(self, obj: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from mmrl_operator.observed import (
     PodInfo,
     ServingObserved,
     adapter_check_failure,
+    avoided_by,
     pod_problem,
     ray_container_started,
 )
@@ -100,6 +101,7 @@ def observe(
                 terminating=bool(meta.get("deletionTimestamp")),
                 problem=pod_problem(p),
                 spec_hash=(meta.get("labels") or {}).get(SPEC_HASH_LABEL),
+                avoids=avoided_by(p),
                 started=parse_ts(ray_container_started(p)),
             )
         )

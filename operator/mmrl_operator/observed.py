@@ -15,6 +15,7 @@ from mmrl_operator.health import NodeVerdict
 from mmrl_operator.shape import dig, integer, mapping, records, text
 
 Outcome = Literal["Pending", "Running", "Succeeded", "Failed"]
+AVOIDED_NODES_ANNOTATION = "mmrl.dev/avoided-nodes"
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class PodInfo:
     """(reason, message) when the pod cannot start or keeps failing: see `pod_problem`."""
     spec_hash: str | None = None
     """Digest of the RayCluster spec the pod was built from (label mmrl.dev/spec-hash)."""
+    avoids: tuple[str, ...] = ()
+    """The nodes the pod's template told the scheduler to avoid (annotation mmrl.dev/avoided-nodes)."""
     started: datetime | None = None
     """When the pod's Ray container (KubeRay's container 0) last started running; None when it is not running."""
 
@@ -117,6 +120,12 @@ def ray_container_started(pod: dict[str, Any]) -> str | None:
         if text(cs.get("name")) == name:
             return text(dig(cs, "state", "running", "startedAt")) or None
     return None
+
+
+def avoided_by(obj: dict[str, Any]) -> tuple[str, ...]:
+    """The nodes a RayCluster's pod templates, or a pod built from them, avoid (faulty-node memory)."""
+    listed = text(dig(obj, "metadata", "annotations", AVOIDED_NODES_ANNOTATION))
+    return tuple(n for n in listed.split(",") if n)
 
 
 def pod_set_digest(pods: list[PodInfo]) -> str:

@@ -19,14 +19,14 @@ from typing import Any
 from mmrl_api import MultimodalRLJob
 from mmrl_api.status import InferenceStatus, JobStatus
 from mmrl_operator.attempts import adopt_orphan_attempt, budget_of, budget_raised, step_attempts
-from mmrl_operator.builders.raycluster import AVOIDED_NODES_ANNOTATION, SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.decision import Decision, Delete, Event, Plan, parse_ts, ts
 from mmrl_operator.faults import watch_nodes
 from mmrl_operator.names import job_dir
-from mmrl_operator.observed import Observed
+from mmrl_operator.observed import Observed, avoided_by
 from mmrl_operator.report import finish
 from mmrl_operator.serving import decide_serving
 from mmrl_operator.shape import dig
@@ -168,5 +168,4 @@ def ensure_children(d: Decision) -> None:
 
 def avoided_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
     """Whether the RayCluster's pod templates avoid other nodes than the job's faulty-node memory says."""
-    have = dig(current, "metadata", "annotations", AVOIDED_NODES_ANNOTATION)
-    return have != dig(desired, "metadata", "annotations", AVOIDED_NODES_ANNOTATION)
+    return current is not None and avoided_by(current) != avoided_by(desired)

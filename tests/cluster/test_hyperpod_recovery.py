@@ -157,3 +157,37 @@ def test_ray_pods_prefer_nodes_whose_deep_health_check_passed(jobs, operator, ku
     workers = core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_COMPONENT}=ray-worker").items
     # Two of seven GPU nodes: by chance both would land on the vetted ones once in 21 runs.
     assert {p.spec.node_name for p in workers} == vetted
+
+
+def test_a_node_whose_fault_ended_an_attempt_is_avoided_until_it_is_replaced(
+    jobs, operator, kuberay, hyperpod_nodes, core
+):
+    hyperpod_nodes.cpu()
+    first, spare = hyperpod_nodes.gpu(2)
+    core.patch_node(spare, {"spec": {"unschedulable": True}})  # attempt 1's worker can only go to `first`
+    kuberay.script("geo-a*", "hang")
+    head_on_cpu = {"spec": {"cluster": {"head": {"nodeSelector": {hp.INSTANCE_GROUP_NAME: "controller"}}}}}
+    jobs.create(cluster_job("geo", head_on_cpu))
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    assert ray_pod(core, jobs.ns, "geo", "ray-worker").spec.node_name == first
+    # HyperPod reboots the node; it comes back healthy under the same name. Only then is the spare usable, so the
+    # worker KubeRay recreated meanwhile waits, and both nodes are free when it is placed.
+    nodes.reboot_node(core, first, down_for=2)
+    core.patch_node(spare, {"spec": {"unschedulable": False}})
+    wait_until(
+        lambda: jobs.status("geo").get("attempt") == 2 and jobs.condition("geo", "Training") == "True",
+        120,
+        what="attempt 2 training",
+    )
+    status = jobs.status("geo")
+    ((avoided),) = status["avoidedNodes"]
+    assert avoided["node"] == first and avoided["attempt"] == 1 and avoided["reason"] == "PendingReboot"
+    assert ray_pod(core, jobs.ns, "geo", "ray-worker").spec.node_name == spare
+    (cluster,) = jobs.ray("rayclusters")
+    assert cluster["metadata"]["annotations"]["mmrl.dev/avoided-nodes"] == first
+    # HyperPod replaces the node: a new instance under another name. The job forgets it without any pod of its own
+    # on that node (its RayCluster's annotation is what ties the node to the job).
+    nodes.replace_node(core, first)
+    wait_until(lambda: not jobs.status("geo").get("avoidedNodes"), 30, what="the replaced node forgotten")
+    assert any(f"node {first} was replaced" in m for m in events(jobs, "geo", "AvoidedNodeReplaced"))
+    assert jobs.status("geo")["attempt"] == 2 and jobs.ray_names("rayjobs") == ["geo-a2"]

@@ -21,10 +21,10 @@ from mmrl_operator.builders.efa import efa_env
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.names import kueue_labels, raycluster_name, service_account_name
+from mmrl_operator.observed import AVOIDED_NODES_ANNOTATION
 
 SPEC_HASH_ANNOTATION = "mmrl.dev/spec-hash"
 SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
-AVOIDED_NODES_ANNOTATION = "mmrl.dev/avoided-nodes"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PENDING_REBOOT]
 
@@ -195,6 +195,9 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
     if avoided:
         metadata["annotations"][AVOIDED_NODES_ANNOTATION] = ",".join(avoided)
         for template in templates:
+            # On the pods too (KubeRay copies template annotations): a pod placed without the preference is told
+            # from one the scheduler put on a remembered node for want of another.
+            template["metadata"].setdefault("annotations", {})[AVOIDED_NODES_ANNOTATION] = ",".join(avoided)
             _prefer_other_nodes(template["spec"], avoided)
     return {"apiVersion": c.RAY_API_VERSION, "kind": "RayCluster", "metadata": metadata, "spec": spec}
 

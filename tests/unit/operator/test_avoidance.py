@@ -8,8 +8,8 @@ from datetime import timedelta
 from mmrl_api import JobStatus
 from mmrl_api import constants as c
 from mmrl_api.status import MAX_AVOIDED_NODES
-from mmrl_operator.builders.raycluster import AVOIDED_NODES_ANNOTATION, SPEC_HASH_ANNOTATION, build_raycluster
-from mmrl_operator.observed import Observed, PodInfo
+from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.observed import AVOIDED_NODES_ANNOTATION, Observed, PodInfo
 from mmrl_operator.reconcile import Plan, decide
 from tests.support.factories import T0, job, node, raycluster, rayjob, verdicts
 
@@ -70,29 +70,32 @@ def test_next_rayclusters_pods_prefer_other_nodes_without_changing_the_spec_hash
     away = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["hyperpod-i-1"]}
     for prefs in preferences(after):
         assert {"weight": 100, "preference": {"matchExpressions": [away]}} in prefs
+    templates = [
+        after["spec"]["headGroupSpec"]["template"],
+        *(g["template"] for g in after["spec"]["workerGroupSpecs"]),
+    ]
+    assert {t["metadata"]["annotations"][AVOIDED_NODES_ANNOTATION] for t in templates} == {"hyperpod-i-1"}
     # The ended attempt's cluster is re-applied with the preference (the attempt is no longer running).
     plan = decide(j, 1, Observed(raycluster=cluster_of(job()), pods=[HEAD]), T0 + timedelta(seconds=31))
     applied = [o for o in plan.apply if o["kind"] == "RayCluster"]
     assert applied and applied[0]["metadata"]["annotations"][AVOIDED_NODES_ANNOTATION] == "hyperpod-i-1"
 
 
-def test_pods_placed_on_the_node_before_its_fault_move_before_the_next_attempt() -> None:
+def test_pods_placed_on_the_node_without_the_preference_move_before_the_next_attempt() -> None:
     j, _ = faulted_on_worker_node()
     later = T0 + timedelta(minutes=10)
-    # The node came back (rebooted, same Node object) and the old worker pod is still on it.
+    # The node came back (rebooted, same Node object) and a worker pod is on it whose template did not avoid it:
+    # the old pod, or one KubeRay recreated before the RayCluster carried the preference.
     back = verdicts(node("hyperpod-i-0"), node("hyperpod-i-1"))
-    world = Observed(
-        raycluster=cluster_of(j), pods=[HEAD, WORKER], nodes=back, avoided_now={"hyperpod-i-1": "uid-hyperpod-i-1"}
-    )
+    now = {"hyperpod-i-1": "uid-hyperpod-i-1"}
+    world = Observed(raycluster=cluster_of(j), pods=[HEAD, WORKER], nodes=back, avoided_now=now)
     plan = decide(j, 1, world, later)
     assert [(d.kind, d.name) for d in plan.delete] == [("Pod", "geo-worker-1")]
     assert "RayJob/geo-a2" not in [f"{o['kind']}/{o['metadata']['name']}" for o in plan.apply]
     assert "off node hyperpod-i-1" in plan.status["message"]
-    # A pod the scheduler put there after the fault (no other node had room) stays, and the attempt starts.
-    replaced = PodInfo("geo-worker-2", "ray-worker", "hyperpod-i-1", later, "Running")
-    world = Observed(
-        raycluster=cluster_of(j), pods=[HEAD, replaced], nodes=back, avoided_now={"hyperpod-i-1": "uid-hyperpod-i-1"}
-    )
+    # A pod the scheduler put there with the preference (no other node had room) stays, and the attempt starts.
+    knowing = PodInfo("geo-worker-2", "ray-worker", "hyperpod-i-1", later, "Running", avoids=("hyperpod-i-1",))
+    world = Observed(raycluster=cluster_of(j), pods=[HEAD, knowing], nodes=back, avoided_now=now)
     plan = decide(j, 1, world, later)
     assert plan.delete == [] and plan.status["attempt"] == 2
 
