@@ -22,7 +22,7 @@ from mmrl_api import parse_job
 from mmrl_api.job import MultimodalRLJob
 from mmrl_operator import metrics
 from mmrl_operator.builders import inference
-from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL
+from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL, avoided_nodes
 from mmrl_operator.caches import Caches
 from mmrl_operator.health import node_verdict
 from mmrl_operator.kube import ApplyRejected, JobGone, Kube
@@ -110,8 +110,7 @@ def observe(
     for node_name in sorted({p.node for p in pods if p.node}):
         nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
     avoided_now = {
-        a.node: nodes[a.node].uid if a.node in nodes else dig(lookup(a.node), "metadata", "uid")
-        for a in job.status.avoided_nodes
+        name: nodes[name].uid if name in nodes else dig(lookup(name), "metadata", "uid") for name in avoided_nodes(job)
     }
     if serving is None:
         serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
