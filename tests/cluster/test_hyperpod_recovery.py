@@ -181,7 +181,7 @@ def test_a_node_whose_fault_ended_an_attempt_is_avoided_until_it_is_replaced(
     )
     status = jobs.status("geo")
     ((avoided),) = status["avoidedNodes"]
-    assert avoided["node"] == first and avoided["attempt"] == 1 and avoided["reason"] == "PendingReboot"
+    assert avoided["node"] == first and avoided["attempt"] == 1 and avoided["reason"] in ("PendingReboot", "NotReady")
     assert ray_pod(core, jobs.ns, "geo", "ray-worker").spec.node_name == spare
     (cluster,) = jobs.ray("rayclusters")
     assert cluster["metadata"]["annotations"]["mmrl.dev/avoided-nodes"] == first
