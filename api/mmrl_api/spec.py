@@ -210,8 +210,8 @@ class DatasetSpec(ApiModel):
     }
 
     train: text(1024, *URI_RULES, min_length=1, pattern=DATA_URI)  # type: ignore[valid-type]
-    """Training data: s3://..., pvc://claim/path, hf://org/name, an absolute path, or synthetic://colors for
-    the built-in demo task."""
+    """Training data: s3://..., pvc://claim/path, hf://org/name, an absolute path, or synthetic://colors (the
+    built-in demo task) or synthetic://maze?n=256&seed=0 (episodes of the built-in maze environment)."""
     validation: text(1024, *URI_RULES, pattern=DATA_URI) | None = None  # type: ignore[valid-type]
     """Held-out data evaluated at checkpoints (same forms as train)."""
     format: Literal["parquet", "jsonl"] = "parquet"

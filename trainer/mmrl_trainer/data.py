@@ -151,7 +151,7 @@ def _records(uri: str, fmt: str) -> tuple[Iterable[dict[str, Any]], Callable[[st
 def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example]:
     """Read a dataset URI into Examples; field names come from the DatasetSpec."""
     if uri.startswith("synthetic://"):
-        return synthetic_examples(uri, default_seed=seed)
+        return synthetic_examples(uri, default_seed=seed, environment=spec.environment)
     try:
         rows, read = _records(uri, spec.format)
         out = []
