@@ -12,6 +12,7 @@ from mmrl_api.cluster import (
     Resources,
     WorkerGroup,
 )
+from mmrl_api.environment import EnvironmentSpec, ObservationSpec
 from mmrl_api.job import FieldError, JobSpec, MultimodalRLJob, parse_job, validate_manifest
 from mmrl_api.lifecycle import (
     CheckpointSpec,
@@ -40,6 +41,7 @@ __all__ = [
     "Condition",
     "DatasetSpec",
     "EnvVar",
+    "EnvironmentSpec",
     "FieldError",
     "HeadSpec",
     "InferenceSpec",
@@ -49,6 +51,7 @@ __all__ = [
     "LoRASpec",
     "ModelSpec",
     "MultimodalRLJob",
+    "ObservationSpec",
     "PVCCheckpoint",
     "PodTemplateOverrides",
     "Progress",

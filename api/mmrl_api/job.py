@@ -138,6 +138,10 @@ class FieldError:
         return f"{self.path}: {self.message}"
 
 
+# Fields whose wire name is not their Python name in camelCase (`class` is a Python keyword).
+_WIRE_NAMES = {"class_path": "class"}
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -146,7 +150,8 @@ def _path(loc: tuple[int | str, ...]) -> str:
         elif part.startswith(("function-", "model-")):  # pydantic's validator markers: not a field
             continue
         else:
-            name = to_camel(part) if "_" in part else part  # defaults are reported by Python name
+            # Defaults are reported by Python name.
+            name = _WIRE_NAMES.get(part) or (to_camel(part) if "_" in part else part)
             out += f".{name}" if out else name
     return out
 

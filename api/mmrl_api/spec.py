@@ -24,9 +24,10 @@ from mmrl_api.base import (
 )
 from mmrl_api.constants import VLLM_FORBIDDEN_LORA_TARGETS
 from mmrl_api.credentials import CREDENTIAL_NAME_RE, NO_URL_WITH_PASSWORD, NOT_A_CREDENTIAL_NAME
+from mmrl_api.environment import IMPORT_PATH, EnvironmentSpec, TaskParams, custom_only, require_iff_custom
 from mmrl_api.kube_syntax import ObjectName
 from mmrl_api.locations import URI_RULES
-from mmrl_api.rules import Rule, cel_str, string_map, text
+from mmrl_api.rules import Rule, cel_str, text
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A hub id (org/name), an absolute path in the image, or a URI with a scheme the trainer can load from.
@@ -166,16 +167,6 @@ class AlgorithmSpec(ApiModel):
 
 
 RewardName = Literal["exact_match", "multiple_choice", "numeric", "custom"]
-# Reward params are strings (`tolerance: "1e-4"`, `require_boxed: "true"`; the rewards parse them). They used to
-# be untyped scalars, but the apiserver hides an untyped value, and the keys of a map of them, from CEL, so
-# admission could not refuse a credential passed as a param; typed as strings, it can.
-RewardParams = string_map(
-    16,
-    1024,
-    (NOT_A_CREDENTIAL_NAME,),
-    (NO_URL_WITH_PASSWORD,),
-    not_a_string=': quote numbers and booleans ("1e-4", "true")',
-)
 
 
 class RewardSpec(ApiModel):
@@ -185,7 +176,7 @@ class RewardSpec(ApiModel):
         "json_schema_extra": cel_rules(
             cel(
                 "(self.name == 'custom') == has(self.function)",
-                "function is required when name is custom, and only then",
+                custom_only("function"),
                 ".function",
             ),
         )
@@ -194,28 +185,33 @@ class RewardSpec(ApiModel):
     name: RewardName = "exact_match"
     """Built-in reward: exact_match (normalised string equality), multiple_choice (the chosen letter),
     numeric (a number or \\boxed{} answer within tolerance), or custom (see function)."""
-    function: str | None = Field(
-        default=None, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
-    )
+    function: str | None = Field(default=None, max_length=256, pattern=IMPORT_PATH)
     """For name=custom: `package.module:function` importable in the trainer image."""
-    params: RewardParams = Field(default_factory=dict)  # type: ignore[valid-type]
+    params: TaskParams = Field(default_factory=dict)  # type: ignore[valid-type]
     """Reward parameters, as strings: e.g. {tolerance: "1e-4", require_boxed: "true"} for numeric. Never
     credentials: a reward that needs one reads it from trainer.env (valueFrom.secretKeyRef)."""
 
     @field_validator("function")
     @classmethod
     def _function_iff_custom(cls, function: str | None, info: ValidationInfo) -> str | None:
-        if "name" in info.data and (info.data["name"] == "custom") != (function is not None):
-            raise ValueError("function is required when name is custom, and only then")
-        return function
+        return require_iff_custom(function, info, "function")
+
+
+TASK_CONFLICT = "set at most one of reward or environment: an environment scores its own episodes"
 
 
 class DatasetSpec(ApiModel):
-    """Prompts with images and their ground-truth answers."""
+    """Prompts with images and their ground-truth answers, or the seeds of a multi-turn environment's episodes."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel("!has(self.reward) || !has(self.environment)", TASK_CONFLICT, ".environment"),
+        )
+    }
 
     train: text(1024, *URI_RULES, min_length=1, pattern=DATA_URI)  # type: ignore[valid-type]
-    """Training data: s3://..., pvc://claim/path, hf://org/name, an absolute path, or synthetic://colors for
-    the built-in demo task."""
+    """Training data: s3://..., pvc://claim/path, hf://org/name, an absolute path, or synthetic://colors (the
+    built-in demo task) or synthetic://maze?n=256&seed=0 (episodes of the built-in maze environment)."""
     validation: text(1024, *URI_RULES, pattern=DATA_URI) | None = None  # type: ignore[valid-type]
     """Held-out data evaluated at checkpoints (same forms as train)."""
     format: Literal["parquet", "jsonl"] = "parquet"
@@ -226,8 +222,26 @@ class DatasetSpec(ApiModel):
     """Column holding images (paths, URIs or base64 data URIs)."""
     answer_field: str = Field(default="answer", min_length=1, max_length=64)
     """Column holding the ground-truth answer the reward checks against."""
-    reward: RewardSpec = Field(default_factory=RewardSpec)
-    """How a completion is scored."""
+    reward: RewardSpec | None = None
+    """How a completion is scored (single-turn). Without an environment it defaults to exact_match."""
+    environment: EnvironmentSpec | None = None
+    """A multi-turn task instead of a reward: each row's `seed` starts an episode that the environment plays
+    out with the policy and scores. Set at most one of reward and environment."""
+
+    @field_validator("environment")
+    @classmethod
+    def _one_task(cls, environment: EnvironmentSpec | None, info: ValidationInfo) -> EnvironmentSpec | None:
+        if environment is not None and info.data.get("reward") is not None:
+            raise ValueError(TASK_CONFLICT)
+        return environment
+
+    @model_validator(mode="after")
+    def _single_turn_by_default(self) -> DatasetSpec:
+        # Absent on the wire (the CRD has no default, or it would collide with an environment), a single-turn
+        # dataset is scored by exact_match, as before there were environments.
+        if self.environment is None and self.reward is None:
+            self.reward = RewardSpec()
+        return self
 
 
 CREDENTIAL_INLINE = "looks like a credential: use valueFrom.secretKeyRef instead of an inline value"

@@ -1,8 +1,9 @@
 """TrainerConfig: the contract between the operator (which writes it into a ConfigMap) and the trainer.
 
-It reuses the API's own models for everything the user specified (model, LoRA, algorithm, dataset + reward), so
-there is no second field mapping to drift; it adds only what the operator decides at run time: the job's
-identity, its checkpoint directory, resume mode, export location, placement and where to report progress.
+It reuses the API's own models for everything the user specified (model, LoRA, algorithm, dataset and its task:
+a reward, or a multi-turn environment), so there is no second field mapping to drift; it adds only what the
+operator decides at run time: the job's identity, its checkpoint directory, resume mode, export location,
+placement and where to report progress.
 Importable without torch, kopf or kubernetes.
 """
 

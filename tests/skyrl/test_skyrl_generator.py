@@ -24,20 +24,17 @@ from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 from mmrl_trainer.data import SKYRL_ENV_CLASS, to_skyrl_rows, write_parquet
 from mmrl_trainer.synthetic import colour_examples
 from mmrl_trainer.tiny import build_tokenizer
-from tests.support.skyrl import last_json, run_skyrl
+from tests.support.skyrl import SCRIPTED_ROLLOUT, last_json, run_skyrl
 from tests.unit.trainer.test_skyrl_overrides import reference_overrides
 
 ANSWER = "red"
 
-_GENERATE = r"""
-import asyncio, json, sys
+_GENERATE = (
+    r"""
+import json, sys
 import skyrl_gym
 from transformers import AutoTokenizer
-from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_sampling_params_for_backend
 from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import RemoteInferenceClient
-from skyrl.train.dataset import PromptDataset
-from skyrl.train.entrypoints.main_base import BasePPOExp
-from skyrl.train.generators.utils import prepare_generator_input
 from mmrl_trainer.backends.skyrl import ENV_ENTRY_POINT
 from mmrl_trainer.backends.skyrl_config import build_skyrl_config
 from mmrl_trainer.data import SKYRL_ENV_CLASS
@@ -69,21 +66,9 @@ class ScriptedVLLM(RemoteInferenceClient):
 
 # As our SkyRL entry task does, in the process that builds the generator.
 skyrl_gym.envs.register(id=SKYRL_ENV_CLASS, entry_point=ENV_ENTRY_POINT, kwargs={"reward": json.loads(reward)})
-dataset = PromptDataset([parquet], tokenizer, max_prompt_length=cfg.trainer.max_prompt_length, num_workers=1)
-batch = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
-generator_input, uids = prepare_generator_input(
-    batch,
-    cfg.generator.n_samples_per_prompt,
-    get_sampling_params_for_backend(cfg.generator.inference_engine.backend, cfg.generator.sampling_params),
-    cfg.environment.env_class,
-    "train",
-    1,
-)
-client = ScriptedVLLM(proxy_url="http://scripted-vllm", server_urls=["http://scripted-vllm"], data_parallel_size=1,
-                      model_name=cfg.trainer.policy.model.path, tokenizer=tokenizer)
-exp = BasePPOExp.__new__(BasePPOExp)  # __init__ starts Ray and the engines; get_generator needs neither
-generator = exp.get_generator(cfg, tokenizer, client)
-out = asyncio.run(generator.generate(generator_input, disable_tqdm=True))
+"""
+    + SCRIPTED_ROLLOUT
+    + r"""
 rewards = [sum(r) if isinstance(r, list) else r for r in out["rewards"]]
 print(json.dumps({
     "generator": type(generator).__name__,
@@ -98,6 +83,7 @@ print(json.dumps({
     "finished": sum(1 for u, _ in asked if u == "/finish_session"),
 }))
 """
+)
 
 
 def test_skyrl_vlm_generator_rolls_out_our_rows_and_scores_them_with_our_environment(tmp_path: Path) -> None:

@@ -196,3 +196,32 @@ def last_json(run: subprocess.CompletedProcess[str]):
     """The JSON document a script printed last, after asserting that it succeeded."""
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+# The rollout half of a generator test script, as RayPPOTrainer.train runs it: SkyRL's PromptDataset over `parquet`,
+# collated and expanded by prepare_generator_input, then the generator BasePPOExp.get_generator picks for `cfg`,
+# generating through the script's `ScriptedVLLM` client. The script defines cfg, tokenizer, parquet and ScriptedVLLM
+# and registers its environment first; this leaves `generator`, `generator_input` and `out` defined.
+SCRIPTED_ROLLOUT = r"""
+import asyncio
+from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_sampling_params_for_backend
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.entrypoints.main_base import BasePPOExp
+from skyrl.train.generators.utils import prepare_generator_input
+
+dataset = PromptDataset([parquet], tokenizer, max_prompt_length=cfg.trainer.max_prompt_length, num_workers=1)
+batch = dataset.collate_fn([dataset[i] for i in range(len(dataset))])
+generator_input, uids = prepare_generator_input(
+    batch,
+    cfg.generator.n_samples_per_prompt,
+    get_sampling_params_for_backend(cfg.generator.inference_engine.backend, cfg.generator.sampling_params),
+    cfg.environment.env_class,
+    "train",
+    1,
+)
+client = ScriptedVLLM(proxy_url="http://scripted-vllm", server_urls=["http://scripted-vllm"], data_parallel_size=1,
+                      model_name=cfg.trainer.policy.model.path, tokenizer=tokenizer)
+exp = BasePPOExp.__new__(BasePPOExp)  # __init__ starts Ray and the engines; get_generator needs neither
+generator = exp.get_generator(cfg, tokenizer, client)
+out = asyncio.run(generator.generate(generator_input, disable_tqdm=True))
+"""

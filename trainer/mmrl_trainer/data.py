@@ -27,6 +27,13 @@ from mmrl_trainer.errors import InvalidInput
 from mmrl_trainer.synthetic import Example, synthetic_examples
 
 SKYRL_ENV_CLASS = "mmrl_reward"
+# The skyrl-gym id of a multi-turn environment's episodes (backends/skyrl_episode_env.py wraps any of them).
+SKYRL_EPISODE_ENV_CLASS = "mmrl_episode"
+
+
+def skyrl_env_class(dataset: DatasetSpec) -> str:
+    """The skyrl-gym environment that plays this dataset's rows: our rewards, or episodes of its environment."""
+    return SKYRL_EPISODE_ENV_CLASS if dataset.environment is not None else SKYRL_ENV_CLASS
 
 
 def resolve_uri(uri: str) -> str:
@@ -151,7 +158,7 @@ def _records(uri: str, fmt: str) -> tuple[Iterable[dict[str, Any]], Callable[[st
 def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example]:
     """Read a dataset URI into Examples; field names come from the DatasetSpec."""
     if uri.startswith("synthetic://"):
-        return synthetic_examples(uri, default_seed=seed)
+        return synthetic_examples(uri, default_seed=seed, environment=spec.environment)
     try:
         rows, read = _records(uri, spec.format)
         out = []
@@ -211,12 +218,20 @@ def to_trl_rows(examples: list[Example]) -> list[dict[str, Any]]:
     ]
 
 
-def to_skyrl_rows(examples: list[Example], *, data_source: str, method: str = "rule") -> list[dict[str, Any]]:
-    """SkyRL VLM rows; the reward itself is computed by our env (env_class) from reward_spec.ground_truth."""
+def skyrl_image_part(index: int, image: Image.Image) -> dict[str, Any]:
+    """An image as SkyRL's VLM chat carries it: an `image_url` part with a base64 PNG data URI."""
+    return {"type": "image_url", "image_url": {"url": image_data_uri(image)}}
+
+
+def to_skyrl_rows(
+    examples: list[Example], *, data_source: str, method: str = "rule", env_class: str = SKYRL_ENV_CLASS
+) -> list[dict[str, Any]]:
+    """SkyRL VLM rows; the reward itself is computed by our env (env_class) from reward_spec.ground_truth, or by
+    the episode an environment plays from the row's extra_info.seed."""
     return [
         {
-            "prompt": chat_messages(e, lambda i, img: {"type": "image_url", "image_url": {"url": image_data_uri(img)}}),
-            "env_class": SKYRL_ENV_CLASS,
+            "prompt": chat_messages(e, skyrl_image_part),
+            "env_class": env_class,
             "reward_spec": {"method": method, "ground_truth": e.answer},
             "data_source": data_source,
             "extra_info": {"split_index": e.extra.get("index", i), **e.extra},

@@ -7,7 +7,6 @@ single chosen letter/number must), so a policy cannot farm reward by listing eve
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 import string
@@ -15,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mmrl_api.spec import RewardSpec
-from mmrl_trainer.errors import InvalidInput
+from mmrl_trainer.imports import import_named
 
 RewardFn = Callable[[str, str, Mapping[str, Any]], float]
 
@@ -101,15 +100,7 @@ BUILTIN: dict[str, RewardFn] = {"exact_match": exact_match, "multiple_choice": m
 
 def load_custom(function: str) -> RewardFn:
     """Import `package.module:function`; errors say which part is missing."""
-    module_name, _, attr = function.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InvalidInput(f"dataset.reward.function: cannot import module {module_name!r}: {err}") from err
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise InvalidInput(f"dataset.reward.function: {module_name!r} has no callable {attr!r}")
-    return fn
+    return import_named(function, "dataset.reward.function", callable, "callable")
 
 
 def resolve(spec: RewardSpec) -> Callable[[str, str], float]:

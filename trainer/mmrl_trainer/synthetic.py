@@ -1,4 +1,5 @@
 """The built-in demo task `synthetic://colors`: "What colour is the image?" over solid and patterned colour images.
+(`synthetic://maze`, episodes of the built-in maze environment, is made by envs/maze_data.py.)
 
 Every row is generated from a seed, so train and validation sets are reproducible without any download. Images are
 either a noisy solid colour or a checkerboard of the colour and a darker shade of it, so the answer is a property
@@ -15,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 
 from PIL import Image
 
+from mmrl_api.environment import EnvironmentSpec
 from mmrl_trainer.errors import InvalidInput
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -88,9 +90,20 @@ def colour_examples(n: int, seed: int) -> list[Example]:
     return out
 
 
-TASKS = {"colors": colour_examples}
+def _colours(n: int, seed: int, environment: EnvironmentSpec | None) -> list[Example]:
+    return colour_examples(n, seed)
 
 
-def synthetic_examples(uri: str, *, default_seed: int = 0) -> list[Example]:
+def _mazes(n: int, seed: int, environment: EnvironmentSpec | None) -> list[Example]:
+    from mmrl_trainer.envs.maze_data import maze_examples  # it builds Examples, so it imports this module
+
+    return maze_examples(n, seed, environment)
+
+
+TASKS = {"colors": _colours, "maze": _mazes}
+
+
+def synthetic_examples(uri: str, *, default_seed: int = 0, environment: EnvironmentSpec | None = None) -> list[Example]:
+    """The rows of a synthetic:// set; `environment` (the dataset's) shapes the first observations of mazes."""
     spec = parse_synthetic_uri(uri, default_seed=default_seed)
-    return TASKS[spec.name](spec.n, spec.seed)
+    return TASKS[spec.name](spec.n, spec.seed, environment)

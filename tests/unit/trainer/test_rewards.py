@@ -95,7 +95,7 @@ def test_params_are_strings_that_the_rewards_parse() -> None:
 
 
 def test_params_that_are_not_strings_are_rejected_naming_the_key() -> None:
-    # Typed as strings so that admission (CEL) can check them for credentials; see mmrl_api.spec.RewardParams.
+    # Typed as strings so that admission (CEL) can check them for credentials; see mmrl_api.environment.TaskParams.
     with pytest.raises(ValueError, match=r"params\.tolerance\n.*0\.1 must be a string: quote numbers"):
         RewardSpec.model_validate({"name": "numeric", "params": {"tolerance": 0.1}})
     with pytest.raises(ValueError, match=r"params\.tolerance\n.*\[0\.1\] must be a string"):

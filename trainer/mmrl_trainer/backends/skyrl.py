@@ -1,9 +1,9 @@
 """The SkyRL backend at run time; the settings themselves come from `skyrl_config`.
 
 `run` needs the trainer image (SkyRL, Ray, vLLM, GPUs): it converts the dataset to SkyRL's VLM rows, registers the
-`mmrl_reward` environment inside the `@ray.remote` entry (env creation happens in that process) and runs
-`BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and resume are SkyRL's own; afterwards the final
-LoRA adapter is copied to `export_dir` and checked for vLLM.
+`mmrl_reward` environment (or `mmrl_episode` for a multi-turn environment) inside the `@ray.remote` entry (env
+creation happens in that process) and runs `BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and
+resume are SkyRL's own; afterwards the final LoRA adapter is copied to `export_dir` and checked for vLLM.
 
 Before anything slow starts, the driver fails an attempt that cannot succeed: one whose GPU count differs from the
 checkpoint it would resume (world_size.py) and settings SkyRL's own config classes and `validate_cfg` reject, both
@@ -21,17 +21,37 @@ import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mmrl_api.spec import RewardSpec
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import storage
 from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_environment, skyrl_overrides, skyrl_paths
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.checkpoint import MARKER, STEP_PREFIX
-from mmrl_trainer.data import SKYRL_ENV_CLASS
+from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS
 from mmrl_trainer.errors import InvalidConfig
 from mmrl_trainer.staging import model_path
 from mmrl_trainer.world_size import check_resume_world_size
 
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
+EPISODE_ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_episode_env:EpisodeEnv"
+
+
+def skyrl_gym_registration(cfg: TrainerConfig) -> dict[str, Any]:
+    """`skyrl_gym.envs.register` arguments for this job's environment, as SkyRL's examples register theirs in the
+    entry task: our rewards (single turn) or an episode of the dataset's environment, with its spec as kwargs."""
+    environment = cfg.dataset.environment
+    if environment is not None:
+        return {
+            "id": SKYRL_EPISODE_ENV_CLASS,
+            "entry_point": EPISODE_ENV_ENTRY_POINT,
+            "kwargs": {"environment": environment.wire()},
+        }
+    reward = cfg.dataset.reward or RewardSpec()
+    return {
+        "id": SKYRL_ENV_CLASS,
+        "entry_point": ENV_ENTRY_POINT,
+        "kwargs": {"reward": json.loads(reward.model_dump_json(by_alias=False))},
+    }
 
 
 class SkyRLData(NamedTuple):
@@ -58,16 +78,27 @@ def _most_images(rows: list[dict[str, Any]]) -> int:
 
 
 def materialise_data(cfg: TrainerConfig, data_dir: Path) -> SkyRLData:
-    """Write SkyRL VLM parquet files for train/validation; returns their paths and the most images in a prompt."""
-    from mmrl_trainer.data import load_examples, to_skyrl_rows, write_parquet
+    """Write SkyRL VLM parquet files for train/validation; returns their paths and the most images in a prompt.
+    A job's environment is built once first: here in the driver, a bad param or class is InvalidInput (exit 3);
+    found in a Ray worker, it would come back as a retried application failure."""
+    from mmrl_trainer.data import load_examples, skyrl_env_class, to_skyrl_rows, write_parquet
+    from mmrl_trainer.envs import make_episode
 
-    rows = to_skyrl_rows(load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), data_source=cfg.dataset.train)
+    if cfg.dataset.environment is not None:
+        make_episode(cfg.dataset.environment)
+
+    env_class = skyrl_env_class(cfg.dataset)
+    rows = to_skyrl_rows(
+        load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), data_source=cfg.dataset.train, env_class=env_class
+    )
     train = write_parquet(rows, data_dir / "train.parquet")
     images = _most_images(rows)
     val: list[str] = []
     if cfg.dataset.validation:
         rows = to_skyrl_rows(
-            load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1), data_source=cfg.dataset.validation
+            load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1),
+            data_source=cfg.dataset.validation,
+            env_class=env_class,
         )
         val = [str(write_parquet(rows, data_dir / "validation.parquet"))]
         images = max(images, _most_images(rows))
@@ -192,7 +223,7 @@ def _train(cfg: TrainerConfig, skyrl_cfg: Any, attempt: int | None) -> None:  # 
     import ray
     from skyrl.train.utils.utils import initialize_ray
 
-    reward = json.loads(cfg.dataset.reward.model_dump_json(by_alias=False))
+    registration = skyrl_gym_registration(cfg)
 
     # No retries: a node lost under the entry task ends this attempt, and the operator starts the next one from
     # the latest complete checkpoint. Ray's default (3 retries) would rerun training inside the same attempt.
@@ -202,7 +233,7 @@ def _train(cfg: TrainerConfig, skyrl_cfg: Any, attempt: int | None) -> None:  # 
         import skyrl_gym
 
         localise_data(skyrl_cfg, Path(tempfile.mkdtemp(prefix="mmrl-data-")))
-        skyrl_gym.envs.register(id=SKYRL_ENV_CLASS, entry_point=ENV_ENTRY_POINT, kwargs={"reward": reward})
+        skyrl_gym.envs.register(**registration)
         # Progress and heartbeats come from SkyRL's training loop, which runs in this process.
         experiment_class(SkyRLProgress.from_config(cfg, attempt=attempt))(skyrl_cfg).run()
 

@@ -18,7 +18,7 @@ from typing import Any
 from mmrl_api.adapter_rules import VISION_TOWER_MODULES, smallest_max_lora_rank
 from mmrl_api.image_budget import image_budget
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_trainer.data import SKYRL_ENV_CLASS
+from mmrl_trainer.data import skyrl_env_class
 
 # skyrl/env_vars.py: SKYRL_RAY_PG_TIMEOUT_IN_S (default 180 s) bounds every placement-group wait
 # (train/trainer.py, train/entrypoints/main_base.py:get_colocate_pg, inference_servers/setup.py). On HyperPod the
@@ -152,7 +152,8 @@ def skyrl_overrides(
         "generator.vision_language_generator": True,
         "trainer.remove_microbatch_padding": False,
         "generator.batched": False,
-        "environment.env_class": SKYRL_ENV_CLASS,
+        "environment.env_class": skyrl_env_class(cfg.dataset),
+        **multi_turn_overrides(cfg),
         "data.train_data": list(train_files),
         "data.val_data": list(val_files),
         "trainer.eval_interval": cfg.checkpoint.interval_steps if val_files else -1,
@@ -175,6 +176,32 @@ def skyrl_overrides(
     if algo.max_steps is not None:
         out["trainer.max_training_steps"] = algo.max_steps
     return out
+
+
+def episode_context_length(cfg: TrainerConfig) -> int:
+    """The longest conversation an episode may render: the first prompt, then before each later turn one reply and
+    one observation, each observation held to the prompt's own budget (maxPromptLength, its image capped at half of
+    that by the same mm_processor_kwargs). For one turn it is maxPromptLength, which SkyRL requires then."""
+    algo, turns = cfg.algorithm, cfg.dataset.environment.max_turns if cfg.dataset.environment else 1
+    return turns * algo.max_prompt_length + (turns - 1) * algo.max_response_length
+
+
+def multi_turn_overrides(cfg: TrainerConfig) -> dict[str, Any]:
+    """SkyRL's multi-turn generation settings (train/config/config.py:GeneratorConfig).
+
+    max_turns: SkyRL hands it to each environment as extras["max_turns"]; the VLM generator's loop itself ends on the
+    environment's `done` (train/generators/skyrl_vlm_generator.py:SkyRLVLMGymGenerator.agent_loop), so the episode
+    enforces maxTurns too. max_input_length: the loop ends an episode whose rendered conversation is longer
+    ("length"); utils.py:validate_generator_cfg requires it equal to trainer.max_prompt_length for one turn and at
+    least that otherwise. use_conversation_multi_turn: each observation a user message of its own, which the VLM
+    generator requires (SkyRLVLMGymGenerator._validate_cfg) so that images stay in their turn.
+    """
+    turns = cfg.dataset.environment.max_turns if cfg.dataset.environment else 1
+    return {
+        "generator.max_turns": turns,
+        "generator.max_input_length": episode_context_length(cfg),
+        "generator.use_conversation_multi_turn": True,
+    }
 
 
 def skyrl_config_dict(overrides: dict[str, Any]) -> dict[str, Any]:
