@@ -46,6 +46,10 @@ class CheckpointSpec(ApiModel):
     """Save a checkpoint every this many steps (and at the end)."""
     keep: int = Field(default=3, ge=1, le=1000)
     """Complete checkpoints the trainer keeps; older ones are rotated by the trainer, never by the operator."""
+    hf_save_interval_steps: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Also write the policy in Hugging Face format every this many steps, to `<jobDir>/exports/global_step_N/`
+    (SkyRL's trainer.hf_save_interval; SkyRL backend). Unset: only the final adapter is exported, to
+    `<jobDir>/adapter`, which is what serving uses either way."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CheckpointSpec:

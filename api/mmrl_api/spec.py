@@ -148,6 +148,14 @@ class AlgorithmSpec(ApiModel):
     """Tokens generated per completion."""
     temperature: float = Field(default=1.0, gt=0.0, le=2.0)
     """Sampling temperature for rollouts."""
+    rollout_gpu_memory_utilization: float = Field(default=0.8, gt=0.0, le=1.0)
+    """Fraction of each GPU's memory the rollout engines (vLLM, colocated with training: they sleep while FSDP
+    trains) may take (SkyRL's generator.inference_engine.gpu_memory_utilization). Lower it when the policy's
+    training state and the engine do not fit one GPU together; the VisGym maze recipe uses 0.45."""
+    eval_interval_steps: int | None = Field(default=None, ge=1, le=1_000_000)
+    """SkyRL backend: evaluate on dataset.validation every this many steps (and before the first); defaults to
+    checkpoint.intervalSteps. Without validation data nothing is evaluated. The local backend evaluates at each
+    checkpoint."""
 
     @field_validator("mini_batch_size")
     @classmethod

@@ -63,6 +63,17 @@ class CheckpointRef(StatusModel):
     time: str | None = TIME
 
 
+class EpisodeProgress(StatusModel):
+    """Multi-turn rollouts of the last logged step (a dataset with an environment), averaged over its episodes."""
+
+    success_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Fraction of episodes the environment counted as solved (the maze: the goal reached)."""
+    turns: float | None = Field(default=None, ge=0.0)
+    """Turns (actions) per episode."""
+    tokens: float | None = Field(default=None, ge=0.0)
+    """Response tokens per episode, every turn's together."""
+
+
 class Progress(StatusModel):
     """Written by the trainer (rate-limited) through its own ServiceAccount."""
 
@@ -78,6 +89,8 @@ class Progress(StatusModel):
     """Fraction of the last step's rollouts that stopped at algorithm.maxResponseLength instead of ending (SkyRL
     backend). A high value means responses are cut off, often with zero reward: raise maxResponseLength, shorten
     the task or reduce image size."""
+    episodes: EpisodeProgress | None = None
+    """Multi-turn jobs only: success rate, turns and length of the last step's episodes."""
     last_checkpoint: CheckpointRef | None = None
     heartbeat: str | None = TIME
     """RFC 3339 time of the trainer's last training-loop report; the operator's hang detection reads it. Absent

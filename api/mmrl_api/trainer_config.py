@@ -40,6 +40,7 @@ class CheckpointConfig(_Strict):
     `<dir>/global_step_N/`, complete only once `<dir>/latest_ckpt_global_step.txt` names them."""
     interval_steps: int = Field(default=5, ge=1)
     keep: int = Field(default=3, ge=1)
+    hf_save_interval_steps: int | None = Field(default=None, ge=1)
 
 
 class ProgressConfig(_Strict):

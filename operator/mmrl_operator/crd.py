@@ -56,6 +56,7 @@ PRINTER_COLUMNS = [
     {"name": "Total", "type": "integer", "jsonPath": ".status.progress.totalSteps", "priority": 1},
     {"name": "Reward", "type": "number", "jsonPath": ".status.progress.rewardMean"},
     {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
+    {"name": "Success", "type": "number", "jsonPath": ".status.progress.episodes.successRate", "priority": 1},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

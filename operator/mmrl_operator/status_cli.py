@@ -17,6 +17,12 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
         f"  progress: step {prog.get('step', 0)}/{prog.get('totalSteps') or '?'}  reward {prog.get('rewardMean', '-')}"
         f"  heartbeat {prog.get('heartbeat') or '-'}",
     ]
+    episodes = prog.get("episodes")
+    if episodes:
+        lines.append(
+            f"  episodes: success {episodes.get('successRate', '-')}  turns {episodes.get('turns', '-')}"
+            f"  tokens {episodes.get('tokens', '-')}"
+        )
     ckpt = prog.get("lastCheckpoint")
     if ckpt:
         lines.append(f"  last checkpoint: step {ckpt['step']} at {ckpt['path']}")

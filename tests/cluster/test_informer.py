@@ -48,7 +48,8 @@ def test_children_are_cached_slim_and_every_change_wakes_their_job(core, namespa
     wait(lambda: names(caches.owned("v1", "Pod", namespace, "a")) == {"a-head"}, what="a's pod in the cache")
     wait(lambda: (namespace, "b") in woken, what="b woken")
     (cached,) = caches.owned("v1", "Pod", namespace, "a")
-    assert "managedFields" not in cached["metadata"] and set(cached["spec"]) == {"nodeName"}  # no containers kept
+    assert "managedFields" not in cached["metadata"]
+    assert cached["spec"]["containers"] == [{"name": "c"}]  # only the names (which container is Ray's), not the env
     assert cached["metadata"]["labels"][c.LABEL_JOB] == "a"
     assert all(o["metadata"]["name"] != "stray" for o in caches.children["Pod"].items())
 

@@ -77,6 +77,7 @@ def started_body(attempt: int, resumed: Checkpoint | None) -> dict[str, Any]:
         "heartbeat": None,
         "rewardMean": None,
         "truncatedFraction": None,
+        "episodes": None,
     }
     if resumed is not None:
         progress["lastCheckpoint"] = checkpoint_ref(resumed)
@@ -91,9 +92,12 @@ def progress_body(
     heartbeat: str,
     attempt: int | None = None,
     truncated_fraction: float | None = None,
+    episodes: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     # None values are left out: in a merge patch they would delete what an earlier report set.
     progress: dict[str, Any] = {"step": step, "heartbeat": heartbeat}
+    if episodes:
+        progress["episodes"] = episodes
     if truncated_fraction is not None:
         progress["truncatedFraction"] = round(float(truncated_fraction), 4)
     if attempt is not None:
@@ -105,6 +109,22 @@ def progress_body(
     if checkpoint is not None:
         progress["lastCheckpoint"] = checkpoint_ref(checkpoint)
     return {"status": {"progress": progress}}
+
+
+# A step's metrics (metrics.jsonl names) → status.progress.episodes, for multi-turn jobs. The episode's length is
+# the step's mean response tokens per rollout, which for an episode counts every turn's reply.
+EPISODE_METRICS = {"episode_success": "successRate", "episode_turns": "turns", "completion_length": "tokens"}
+
+
+def episode_stats(metrics: dict[str, Any]) -> dict[str, float] | None:
+    """status.progress.episodes from one step's metrics; None for a step without episodes (single-turn jobs)."""
+    if metrics.get("episode_turns") is None:
+        return None
+    out = {}
+    for name, field in EPISODE_METRICS.items():
+        if metrics.get(name) is not None:
+            out[field] = round(float(metrics[name]), 4)
+    return out
 
 
 class ProgressReporter:
@@ -127,6 +147,7 @@ class ProgressReporter:
         self.checkpoint: Checkpoint | None = None
         self.reward_mean: float | None = None
         self.truncated_fraction: float | None = None
+        self.episodes: dict[str, float] | None = None
         self.attempt = attempt
 
     @classmethod
@@ -160,6 +181,8 @@ class ProgressReporter:
             self.reward_mean = float(metrics["reward"])
         if metrics.get("truncated_fraction") is not None:
             self.truncated_fraction = float(metrics["truncated_fraction"])
+        if (episodes := episode_stats(metrics)) is not None:
+            self.episodes = episodes
         heartbeat = now_rfc3339()
         self._append({"step": step, "totalSteps": total_steps, "time": heartbeat, "attempt": self.attempt, **metrics})
         if self.patcher is None:
@@ -169,7 +192,14 @@ class ProgressReporter:
             return False
         self.last_patch = now
         body = progress_body(
-            step, total_steps, self.reward_mean, self.checkpoint, heartbeat, self.attempt, self.truncated_fraction
+            step,
+            total_steps,
+            self.reward_mean,
+            self.checkpoint,
+            heartbeat,
+            self.attempt,
+            self.truncated_fraction,
+            self.episodes,
         )
         return self._send(body)
 

@@ -30,7 +30,10 @@ def build_trainer_config(job: MultimodalRLJob) -> TrainerConfig:
             }
         ),
         checkpoint=CheckpointConfig(
-            dir=directory, interval_steps=spec.checkpoint.interval_steps, keep=spec.checkpoint.keep
+            dir=directory,
+            interval_steps=spec.checkpoint.interval_steps,
+            keep=spec.checkpoint.keep,
+            hf_save_interval_steps=spec.checkpoint.hf_save_interval_steps,
         ),
         resume="latest",
         export_dir=f"{directory}/adapter",

@@ -52,3 +52,10 @@ def test_the_preflight_is_listed_as_attempt_zero() -> None:
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
     text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": j.status.wire()}, [])
     assert "#0 geo-a0 preflight -> Running" in text
+
+
+def test_a_multi_turn_jobs_episodes_are_shown() -> None:
+    progress = {"step": 3, "episodes": {"successRate": 0.5, "turns": 4.25, "tokens": 96.0}}
+    text = render_status({"metadata": {"name": "maze", "namespace": "team"}, "status": {"progress": progress}}, [])
+    assert "episodes: success 0.5  turns 4.25  tokens 96.0" in text
+    assert "episodes" not in render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": {}}, [])

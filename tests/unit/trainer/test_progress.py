@@ -91,3 +91,21 @@ def test_no_incluster_credentials_does_not_fail_training(tmp_path: Path, monkeyp
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     rep = ProgressReporter(None, kube_patcher("ns", "job"), min_interval=0)
     assert rep.report(1, 1, {}) is False and rep.patch_failures == 1
+
+
+def test_multi_turn_steps_report_their_episodes_and_a_new_attempt_clears_them(tmp_path: Path) -> None:
+    from mmrl_api.status import Progress
+
+    sent: list[dict] = []
+    rep = ProgressReporter(tmp_path / "m.jsonl", sent.append, min_interval=0, clock=FakeClock(), attempt=2)
+    rep.report(1, 10, {"reward": 0.5, "episode_success": 1 / 3, "episode_turns": 4.333333, "completion_length": 61.0})
+    progress = sent[-1]["status"]["progress"]
+    assert progress["episodes"] == {"successRate": 0.3333, "turns": 4.3333, "tokens": 61.0}
+    Progress.model_validate(progress)  # what the trainer writes is what the status schema accepts
+    rep.report(2, 10, {"reward": 0.5, "completion_length": 12.0})  # a step without episodes keeps the last ones
+    assert sent[-1]["status"]["progress"]["episodes"]["turns"] == 4.3333
+    single = ProgressReporter(None, sent.append, min_interval=0, clock=FakeClock())
+    single.report(1, 10, {"reward": 0.5, "completion_length": 12.0})
+    assert "episodes" not in sent[-1]["status"]["progress"]  # single-turn jobs have no episodes
+    rep.started(None)
+    assert sent[-1]["status"]["progress"]["episodes"] is None  # a merge patch null: the last attempt's go

@@ -356,3 +356,15 @@ def test_truncated_fraction_reaches_the_status_progress(tmp_path: Path) -> None:
     assert step_metrics({TRUNCATED_KEY: 0.5, "x": 1})["truncated_fraction"] == 0.5
     assert progress_of(patches[-1])["truncatedFraction"] == 0.5
     assert truncated_fraction(["length", "stop", "abort", "length"]) == 0.5 and truncated_fraction([]) is None
+
+
+def test_skyrls_episode_metrics_reach_the_status_as_episodes(tmp_path: Path) -> None:
+    # What SkyRL logs for a step of the maze (the helper's SkyRL run reported these two keys, see
+    # tests/skyrl/test_skyrl_maze_episodes.py): the env's get_metrics averaged over the step's episodes.
+    logs = {**SKYRL_LOGS, "environment/success": 0.333333, "environment/turns": 4.333333}
+    assert step_metrics(logs)["episode_success"] == 0.333333 and step_metrics(logs)["episode_turns"] == 4.333333
+    progress, patches, _ = make(tmp_path)
+    progress.on_train_start(0, 6)
+    progress.on_log(1, 6, logs)
+    progress.on_train_end(1, 6)
+    assert progress_of(patches[-1])["episodes"] == {"successRate": 0.3333, "turns": 4.3333, "tokens": 12.0}

@@ -138,6 +138,9 @@ def skyrl_overrides(
         "generator.inference_engine.backend": "vllm",
         "generator.inference_engine.num_engines": place.world_size,
         "generator.inference_engine.tensor_parallel_size": 1,
+        # train/config/config.py:InferenceEngineConfig.gpu_memory_utilization, passed to every vLLM engine
+        # (backends/skyrl_train/inference_servers/utils.py:build_vllm_cli_args).
+        "generator.inference_engine.gpu_memory_utilization": algo.rollout_gpu_memory_utilization,
         # SkyRL sets vLLM's max_lora_rank to the LoRA rank and then applies engine_init_kwargs over its args
         # (backends/skyrl_train/inference_servers/utils.py:build_vllm_cli_args), but vLLM accepts only a few
         # values, so rank 24 would not start. mm_processor_kwargs caps the pixels per image: vLLM renders the
@@ -156,14 +159,16 @@ def skyrl_overrides(
         **multi_turn_overrides(cfg),
         "data.train_data": list(train_files),
         "data.val_data": list(val_files),
-        "trainer.eval_interval": cfg.checkpoint.interval_steps if val_files else -1,
+        "trainer.eval_interval": (algo.eval_interval_steps or cfg.checkpoint.interval_steps) if val_files else -1,
         "trainer.eval_before_train": bool(val_files),
         "trainer.ckpt_path": cfg.checkpoint.dir,
         "trainer.ckpt_interval": cfg.checkpoint.interval_steps,
         "trainer.max_ckpts_to_keep": cfg.checkpoint.keep,
         "trainer.resume_mode": "latest" if cfg.resume == "latest" else "none",
         "trainer.export_path": f"{cfg.checkpoint.dir.rstrip('/')}/exports",
-        "trainer.hf_save_interval": -1,
+        # train/trainer.py: save_models writes export_path/global_step_N/policy every hf_save_interval steps and at
+        # the end when it is positive; -1 writes nothing (mmrl exports the adapter from the last checkpoint).
+        "trainer.hf_save_interval": cfg.checkpoint.hf_save_interval_steps or -1,
         "trainer.seed": cfg.seed,
         "trainer.logger": "console",
         # An example rollout every step is a base64 image in the driver log (train/trainer.py); 0 turns it off

@@ -49,6 +49,10 @@ METRICS: dict[str, str] = {
     "timing/step": "step_time",
     "eval/all/avg_score": "eval_reward",
     TRUNCATED_KEY: "truncated_fraction",
+    # Multi-turn: what the episode env's get_metrics returns, averaged over the step's episodes by SkyRL
+    # (train/generators/utils.py:get_rollout_metrics, skyrl_gym/metrics.py:aggregate_for_environment).
+    "environment/success": "episode_success",
+    "environment/turns": "episode_turns",
 }
 _PASS_AT = re.compile(r"^reward/avg_pass_at_(\d+)$")
 
