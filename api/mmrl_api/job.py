@@ -45,6 +45,8 @@ S3_NEEDS_ONE_NODE = (
     "load the LoRA adapter from a path every Ray pod shares, and S3 is not one; use checkpoint.pvc (e.g. an FSx for "
     "Lustre claim) or one worker group with replicas 1"
 )
+GATE_NEEDS_VALIDATION = "a promotion gate needs dataset.validation, the held-out data it is measured on"
+GATE_NEEDS_VALIDATION_CEL = "!has(self.inference) || !has(self.inference.promoteWhen) || has(self.dataset.validation)"
 S3_ONE_NODE_CEL = (
     "!has(self.checkpoint.s3) || (has(self.trainer) && has(self.trainer.backend) && self.trainer.backend == 'local')"
     " || !has(self.cluster) || !has(self.cluster.workerGroups) || (size(self.cluster.workerGroups) == 1"
@@ -56,7 +58,10 @@ class JobSpec(ApiModel):
     """A GRPO + LoRA post-training run of a vision-language model, and what to do with the result."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": cel_rules(cel(S3_ONE_NODE_CEL, S3_NEEDS_ONE_NODE, ".checkpoint"))
+        "json_schema_extra": cel_rules(
+            cel(S3_ONE_NODE_CEL, S3_NEEDS_ONE_NODE, ".checkpoint"),
+            cel(GATE_NEEDS_VALIDATION_CEL, GATE_NEEDS_VALIDATION, ".inference"),
+        )
     }
 
     model: ModelSpec = Field(json_schema_extra=immutable("model"))
@@ -83,6 +88,15 @@ class JobSpec(ApiModel):
         if checkpoint.s3 is not None and skyrl and nodes > 1:
             raise ValueError(S3_NEEDS_ONE_NODE)
         return checkpoint
+
+    @field_validator("inference")
+    @classmethod
+    def _gate_needs_validation(cls, inference: InferenceSpec, info: ValidationInfo) -> InferenceSpec:
+        """The Python side of GATE_NEEDS_VALIDATION_CEL (dataset is validated before inference)."""
+        dataset = info.data.get("dataset")
+        if inference.promote_when is not None and dataset is not None and dataset.validation is None:
+            raise ValueError(GATE_NEEDS_VALIDATION)
+        return inference
 
     suspend: bool = False
     """Stop training (RayJob and RayCluster are deleted, checkpoints kept); false again resumes from the

@@ -96,6 +96,35 @@ class InferenceResources(ApiModel):
     limits: resource_map(16) = Field(default_factory=lambda: {"memory": "64Gi"})  # type: ignore[valid-type]
 
 
+PROMOTE_NEEDS_A_TEST = "set heldOutRewardAtLeast, beatsBaseline: true, or both"
+
+
+class PromotionGate(ApiModel):
+    """What a trained adapter must score on the held-out data (dataset.validation) to be served. Each test that is
+    set must pass. Measured by the trainer: the adapter's held-out reward at the end of training, and the base
+    model's at step 0 (the baseline)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                "has(self.heldOutRewardAtLeast) || (has(self.beatsBaseline) && self.beatsBaseline)",
+                PROMOTE_NEEDS_A_TEST,
+            )
+        )
+    }
+
+    held_out_reward_at_least: float | None = Field(default=None, ge=-1e6, le=1e6)
+    """The adapter's mean held-out reward must be at least this."""
+    beats_baseline: bool = False
+    """The adapter's held-out reward must be above the base model's, measured on the same data at step 0."""
+
+    @model_validator(mode="after")
+    def _one_test(self) -> PromotionGate:
+        if self.held_out_reward_at_least is None and not self.beats_baseline:
+            raise ValueError(PROMOTE_NEEDS_A_TEST)
+        return self
+
+
 class InferenceSpec(ApiModel):
     """The vLLM Deployment + Service created when training succeeds (base model + trained adapter)."""
 
@@ -127,6 +156,10 @@ class InferenceSpec(ApiModel):
     extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
     """Extra `vllm serve` arguments, appended last."""
     node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
+    promote_when: PromotionGate | None = None
+    """Serve the adapter only if its held-out evaluation passes this gate; otherwise the job ends Succeeded with
+    condition Promoted=False (the scores in its message) and nothing is served. Changing it re-evaluates the gate,
+    which may start or remove serving. Needs dataset.validation."""
 
     @model_validator(mode="after")
     def _enough_gpus(self) -> InferenceSpec:

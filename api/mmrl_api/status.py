@@ -137,6 +137,30 @@ class CheckpointFootprint(StatusModel):
     summary: str = Field(max_length=256)
 
 
+class AdapterEvaluation(StatusModel):
+    """The held-out evaluation the promotion gate reads (spec.inference.promoteWhen), as the trainer measured it."""
+
+    held_out_reward: float | None = None
+    """The adapter's mean reward on dataset.validation at the end of training."""
+    baseline_reward: float | None = None
+    """The base model's mean reward on the same data at step 0, before any training."""
+    step: int | None = None
+    """The step whose adapter held_out_reward scores."""
+
+
+class AdapterLineage(StatusModel):
+    """Where the served adapter came from."""
+
+    checkpoint_step: int | None = None
+    """The training step the adapter was exported at."""
+    base_model_revision: str | None = Field(default=None, max_length=256)
+    """spec.model.revision when the model was pinned; None: whatever the name resolved to."""
+    datasets: dict[str, Annotated[str, Field(max_length=64)]] = Field(default_factory=dict, max_length=4)
+    """sha256 of each dataset the trainer read (train, validation), of the file's bytes where the trainer reads a
+    file, or of the URI of a synthetic:// dataset (its rows are a function of it); remote URIs the trainer streams
+    are left out."""
+
+
 class AdapterStatus(StatusModel):
     """The exported LoRA adapter, as the trainer checked and reported it (the operator serves exactly this)."""
 
@@ -153,6 +177,8 @@ class AdapterStatus(StatusModel):
     """The smallest vLLM --max-lora-rank that fits the adapter."""
     config: dict[str, Any] = Field(default_factory=dict, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
     """The rule-relevant keys of adapter_config.json, so the operator re-checks them before serving."""
+    evaluation: AdapterEvaluation | None = None
+    lineage: AdapterLineage | None = None
 
 
 class InferenceStatus(StatusModel):

@@ -28,6 +28,7 @@ class Facts:
     inference: tuple[bool | None, str, str] | None = None  # InferenceReady (status, reason, message) once trained
     status_problems: str | None = None  # status fields read back that did not validate and were left out
     preflight: tuple[bool | None, str, str] | None = None  # PreflightPassed (status, reason, message) if one ran
+    promoted: tuple[bool | None, str, str] | None = None  # Promoted (status, reason, message) once a gate was applied
 
 
 def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
@@ -62,6 +63,7 @@ def _want(facts: Facts) -> list[tuple[str, bool | None, str, str]]:
             facts.spec_change_pending or "the Ray cluster matches the spec",
         ),
         *([("PreflightPassed", *facts.preflight)] if facts.preflight is not None else []),
+        *([("Promoted", *facts.promoted)] if facts.promoted is not None else []),
     ]
 
 

@@ -80,6 +80,7 @@ class Decision:
         # The first Ray pod that cannot start (unschedulable, image pull or crash loop), to tell the user why.
         self.pod_problem = next((pod.problem for pod in observed.pods if pod.problem), None)
         self.inference_ready: tuple[bool | None, str, str] | None = None
+        self.promoted: tuple[bool | None, str, str] | None = None  # Promoted (status, reason, message) if gated
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.plan.events.append(Event(type_, reason, message))

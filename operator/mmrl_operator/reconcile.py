@@ -104,6 +104,12 @@ def serve(d: Decision) -> None:
     d.set_phase(sd.phase, sd.message or d.status.message or sd.phase, sd.reason)
     d.status.inference = InferenceStatus.model_validate(sd.inference) if sd.inference else None
     d.inference_ready = sd.ready
+    if sd.promoted is not None:
+        passed, message = sd.promoted
+        before = next((c for c in d.status.conditions if c.type == "Promoted"), None)
+        if before is None or before.status != ("True" if passed else "False"):
+            d.event("Normal" if passed else "Warning", "Promoted" if passed else "NotPromoted", message)
+        d.promoted = (passed, "GatePassed" if passed else "GateMissed", message)
     if sd.requeue_after is not None:
         d.due.append(d.now + timedelta(seconds=sd.requeue_after))
 

@@ -117,6 +117,7 @@ def finish(d: Decision) -> Plan:
         status_problems=malformed,
         spec_change_pending=d.spec_change_pending,
         inference=d.inference_ready,
+        promoted=d.promoted,
         preflight=preflight_condition(d),
     )
     d.status.conditions = compute_conditions(d.status.conditions, facts, ts(d.now))

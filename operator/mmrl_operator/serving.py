@@ -17,6 +17,7 @@ from mmrl_api.status import AdapterStatus, JobStatus
 from mmrl_operator.builders import inference as build
 from mmrl_operator.names import inference_name
 from mmrl_operator.observed import ServingObserved
+from mmrl_operator.promotion import gate_verdict
 from mmrl_operator.shape import dig, integer, mapping, records, text
 
 PROBE_INTERVAL_SECONDS = 30.0  # while serving, /v1/models is checked again this often (and on every change)
@@ -33,6 +34,7 @@ class ServingDecision:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     inference: dict[str, Any] | None = None
     ready: tuple[bool | None, str, str] | None = None  # InferenceReady (status, reason, message)
+    promoted: tuple[bool, str] | None = None  # the promotion gate's verdict; None without a gate
     requeue_after: float | None = None
 
 
@@ -104,6 +106,11 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
         d = ServingDecision("Succeeded", done, "Succeeded", delete=children_to_remove(job, obs))
         d.ready = (False, "Disabled", "spec.inference.enabled is false")
         return d
+    verdict = gate_verdict(job, status)
+    if verdict is not None and not verdict[0]:
+        d = ServingDecision("Succeeded", verdict[1], "NotPromoted", delete=children_to_remove(job, obs))
+        d.ready, d.promoted = (False, "NotPromoted", verdict[1]), verdict
+        return d
     adapter, reported = adapter_of(job, status)
     broken = adapter_violations(job, reported)
     if broken or obs.check_failure:
@@ -117,6 +124,7 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
     d = ServingDecision(
         "Serving", "", "Serving", apply=[build.build_deployment(job, adapter), build.build_service(job)]
     )
+    d.promoted = verdict
     if obs.deployment is None:
         d.events.append(
             ("Normal", "InferenceCreated", f"serving adapter {name} on {base} as {inference_name(job.name)}")

@@ -23,6 +23,14 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
             f"  episodes: success {episodes.get('successRate', '-')}  turns {episodes.get('turns', '-')}"
             f"  tokens {episodes.get('tokens', '-')}"
         )
+    evaluation = (st.get("adapter") or {}).get("evaluation")
+    if evaluation:
+        gate = next((x for x in st.get("conditions") or [] if x.get("type") == "Promoted"), None)
+        verdict = f"  promoted: {gate['status']}" if gate else ""
+        lines.append(
+            f"  held-out reward: adapter {evaluation.get('heldOutReward', '-')} (step {evaluation.get('step', '?')}),"
+            f" base model {evaluation.get('baselineReward', '-')}{verdict}"
+        )
     ckpt = prog.get("lastCheckpoint")
     if ckpt:
         lines.append(f"  last checkpoint: step {ckpt['step']} at {ckpt['path']}")

@@ -67,6 +67,16 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert status["progress"]["step"] == 12 and status["progress"]["attempt"] == 2
     assert summary.held_out_first is not None and summary.held_out_last is not None
     assert summary.held_out_last - summary.held_out_first >= 0.15, (summary.held_out_first, summary.held_out_last)
+    # The trainer reported what the promotion gate reads (examples/local.yaml: beatsBaseline), and the gate passed.
+    evaluation, lineage = status["adapter"]["evaluation"], status["adapter"]["lineage"]
+    assert (evaluation["baselineReward"], evaluation["heldOutReward"]) == (
+        summary.held_out_first,
+        summary.held_out_last,
+    )
+    assert evaluation["step"] == lineage["checkpointStep"] == 12
+    assert set(lineage["datasets"]) == {"train", "validation"}
+    promoted = next(c for c in status["conditions"] if c["type"] == "Promoted")
+    assert promoted["status"] == "True" and promoted["reason"] == "GatePassed", promoted["message"]
     adapter = check_adapter_dir(summary.adapter_host_dir)
     assert adapter.rank == 8 and adapter.base_model == "/ckpt/models/tiny-qwen3-vl"  # the path every pod mounts
     assert summary.plot is not None and summary.plot.stat().st_size > 0

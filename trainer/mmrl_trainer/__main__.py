@@ -58,14 +58,22 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-def report_adapter(cfg, attempt: int, adapter_dir, path: str | None = None) -> None:  # type: ignore[no-untyped-def]
+def report_adapter(  # type: ignore[no-untyped-def]
+    cfg, attempt: int, adapter_dir, path: str | None = None, *, step: int | None = None, held_out: float | None = None
+) -> None:
     """Tell the operator what it will serve: status.adapter from the exported files (checked again here), at `path`
-    when the files were uploaded from `adapter_dir` (s3://)."""
+    when the files were uploaded from `adapter_dir` (s3://), with its held-out evaluation (the promotion gate reads
+    it) and lineage. `step`: the training step it was exported at; `held_out`: its held-out reward, when measured."""
     from mmrl_trainer.adapter import check_adapter_dir
+    from mmrl_trainer.lineage import adapter_evaluation, adapter_lineage
     from mmrl_trainer.progress import ProgressReporter
 
     info = check_adapter_dir(adapter_dir, base_model=cfg.model.name)
-    if not ProgressReporter.from_config(cfg, attempt=attempt).adapter(info.status(path)):
+    reporter = ProgressReporter.from_config(cfg, attempt=attempt)
+    status = info.status(path)
+    status["evaluation"] = adapter_evaluation(reporter.metrics_file, step, held_out)
+    status["lineage"] = adapter_lineage(cfg, step)
+    if not reporter.adapter(status):
         log.warning("could not report the adapter; the inference pod's init container checks it on its own")
 
 
@@ -118,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
                 result.adapter_dir,
                 result.held_out_reward,
             )
-            report_adapter(cfg, args.attempt, result.adapter_dir)
+            report_adapter(
+                cfg, args.attempt, result.adapter_dir, step=result.final_step, held_out=result.held_out_reward
+            )
         else:
             from mmrl_trainer.backends import skyrl
 
             exported = skyrl.run(cfg, attempt=args.attempt)
-            report_adapter(cfg, args.attempt, exported.local, path=exported.path)
+            report_adapter(cfg, args.attempt, exported.local, path=exported.path, step=exported.step)
     except Exception as err:
         code = exit_code_for(err)  # typed: InvalidConfig 2, InvalidInput 3, Ray task failures and the rest 1
         if code == EXIT_FAILED:

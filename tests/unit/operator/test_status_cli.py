@@ -59,3 +59,12 @@ def test_a_multi_turn_jobs_episodes_are_shown() -> None:
     text = render_status({"metadata": {"name": "maze", "namespace": "team"}, "status": {"progress": progress}}, [])
     assert "episodes: success 0.5  turns 4.25  tokens 96.0" in text
     assert "episodes" not in render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": {}}, [])
+
+
+def test_the_adapters_evaluation_and_the_gates_verdict_are_shown() -> None:
+    status = {
+        "adapter": {"evaluation": {"heldOutReward": 0.62, "baselineReward": 0.31, "step": 30}},
+        "conditions": [{"type": "Promoted", "status": "False", "reason": "GateMissed", "message": "not promoted"}],
+    }
+    text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": status}, [])
+    assert "held-out reward: adapter 0.62 (step 30), base model 0.31  promoted: False" in text

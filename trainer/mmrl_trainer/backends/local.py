@@ -241,8 +241,9 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
 
     model = AutoModelForImageTextToText.from_pretrained(model_path, revision=cfg.model.revision, dtype=torch.float32)
     if resume is None and held_out:
-        # The untrained policy's held-out reward: the "before" that every checkpoint's eval_reward compares with.
-        reporter.record(0, {"event": "baseline", "eval_reward": evaluator(model)})
+        # The untrained policy's held-out reward, on the same prompts as the final evaluation: the "before" that
+        # every checkpoint's eval_reward compares with, and the promotion gate's baseline (lineage.py).
+        reporter.record(0, {"event": "baseline", "eval_reward": evaluator(model, None)})
     # Seed before peft wraps the model so the LoRA init, and hence the whole run, depends only on cfg.seed.
     set_seed(cfg.seed)
     staging = root / STAGING

@@ -110,6 +110,8 @@ class Exported(NamedTuple):
     """The checked adapter on this machine (report_adapter reads it)."""
     path: str
     """Where it lies for serving: export_dir (a mounted path or s3://)."""
+    step: int | None = None
+    """The checkpoint step it was exported from."""
 
 
 def shared_data(cfg: TrainerConfig) -> SkyRLData:
@@ -182,8 +184,8 @@ def export_final_adapter(cfg: TrainerConfig) -> Exported:
     local = _finish_adapter(work / "source", work / "adapter", cfg)
     if storage.is_s3(cfg.export_dir):
         storage.upload_tree(local, cfg.export_dir)
-        return Exported(local, cfg.export_dir)
-    return Exported(_finish_adapter(local, Path(cfg.export_dir), cfg), cfg.export_dir)
+        return Exported(local, cfg.export_dir, int(marker))
+    return Exported(_finish_adapter(local, Path(cfg.export_dir), cfg), cfg.export_dir, int(marker))
 
 
 def _export_local(cfg: TrainerConfig) -> Exported:
@@ -198,7 +200,7 @@ def _export_local(cfg: TrainerConfig) -> Exported:
         if not found:
             raise RuntimeError(f"{latest.path} has no LoRA adapter (adapter_config.json)")
         source = found[0].parent
-    return Exported(_finish_adapter(source, Path(cfg.export_dir), cfg), cfg.export_dir)
+    return Exported(_finish_adapter(source, Path(cfg.export_dir), cfg), cfg.export_dir, latest.step)
 
 
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
