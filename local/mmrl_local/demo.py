@@ -65,6 +65,8 @@ class Summary:
     """The serving step: adapter name, URL, vLLM args, the question, the answer and its latency."""
     kuberay: str = ""
     submissions: dict[str, str] = field(default_factory=dict)
+    promoted: str = ""
+    """The Promoted condition's status and message (spec.inference.promoteWhen), when the job has a gate."""
 
     def render(self) -> str:
         lines = [f"job {self.name}: {self.phase} in {self.wall_seconds:.0f} s"]
@@ -85,6 +87,8 @@ class Summary:
             )
         if self.held_out_first is not None and self.held_out_last is not None:
             lines.append(f"  held-out reward: {self.held_out_first:.3f} -> {self.held_out_last:.3f}")
+        if self.promoted:
+            lines.append(f"  promotion gate: {self.promoted}")
         lines.append(f"  adapter: {self.adapter_pod_dir} on the claim = {self.adapter_host_dir}")
         if self.plot:
             lines.append(f"  reward curve: {self.plot}")
@@ -292,6 +296,7 @@ class Demo:
                 markers=[(fault_step, "node replaced; resumed here")] if fault_step is not None else [],
             )
         pod_adapter = f"{st.get('jobDir', '')}/adapter"
+        gate = next((c for c in st.get("conditions") or [] if c.get("type") == "Promoted"), None)
         return Summary(
             name=self.name,
             phase=st.get("phase", ""),
@@ -308,6 +313,7 @@ class Demo:
             timings=dict(self.timings),
             served=dict(self.served),
             submissions=dict(self.submissions),
+            promoted=f"Promoted={gate['status']}: {gate.get('message', '')}" if gate else "",
         )
 
     # --- serving -------------------------------------------------------------------------------------------

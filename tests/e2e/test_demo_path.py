@@ -77,6 +77,7 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert set(lineage["datasets"]) == {"train", "validation"}
     promoted = next(c for c in status["conditions"] if c["type"] == "Promoted")
     assert promoted["status"] == "True" and promoted["reason"] == "GatePassed", promoted["message"]
+    assert "promotion gate: Promoted=True" in summary.render()
     adapter = check_adapter_dir(summary.adapter_host_dir)
     assert adapter.rank == 8 and adapter.base_model == "/ckpt/models/tiny-qwen3-vl"  # the path every pod mounts
     assert summary.plot is not None and summary.plot.stat().st_size > 0
