@@ -77,3 +77,25 @@ def fatal_reason(message: str) -> str | None:
     """InvalidConfig / InvalidInput when a failed attempt's message says the trainer exited 2 / 3, else None."""
     code = exit_code_from_ray_message(message)
     return FATAL_EXIT_REASONS.get(code) if code is not None else None
+
+
+# The trainer's per-attempt log (mmrl_trainer.attempt_log): `<jobDir>/logs/attempt-<N>.log`, printed by the head pod's
+# `trainer-log` container with every line prefixed `[attempt N] `, which `mmrl logs` reads through pods/log.
+ATTEMPT_LOG_CONTAINER = "trainer-log"
+ATTEMPT_LOG_DIR = "logs"
+_ATTEMPT_LINE = re.compile(r"^\[attempt (\d+)\] ?(.*)$")
+
+
+def attempt_log_line(attempt: int, line: str) -> str:
+    return f"[attempt {attempt}] {line}"
+
+
+def attempt_of_log_line(line: str) -> tuple[int, str] | None:
+    """(attempt, the line as the trainer wrote it) of a `trainer-log` line; None for any other line."""
+    match = _ATTEMPT_LINE.match(line)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def attempt_log_argv(log_dir: str, *, python: str = "python") -> list[str]:
+    """The `trainer-log` container's command."""
+    return [python, "-m", f"{MODULE}.attempt_log", "follow", log_dir]

@@ -130,3 +130,26 @@ def generate(directory: Path, clients: dict[str, str | None], server_ips: tuple[
         _write(crt_path, cert.public_bytes(pem))
         _write(key_path, _key_pem(key))
     return pki
+
+
+def self_signed(directory: Path, name: str, ips: tuple[str, ...] = ("127.0.0.1",)) -> tuple[Path, Path]:
+    """A self-signed serving certificate for ``ips`` (the local kubelet's log endpoint: the apiserver does not verify
+    kubelet certificates unless given --kubelet-certificate-authority). Returns (cert, key) paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = _key()
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(name))
+        .issuer_name(_name(name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(a)) for a in ips]), False)
+        .sign(key, hashes.SHA256())
+    )
+    return (
+        _write(directory / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
+        _write(directory / f"{name}.key", _key_pem(key)),
+    )

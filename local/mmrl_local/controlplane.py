@@ -233,6 +233,8 @@ class ControlPlane:
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
+            # The local kubelet's nodes serve pods/log on loopback (kubelet_logs); kwok's nodes serve no logs.
+            "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true",
             "--profiling=false",
             "--audit-log-format=json",

@@ -34,11 +34,13 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from mmrl_api import constants as c
 from mmrl_local import nodes, storage
 from mmrl_local.plot import line_chart
 from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.logs_cli import NoHeadPod, read_logs
 from mmrl_trainer import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,6 +69,8 @@ class Summary:
     submissions: dict[str, str] = field(default_factory=dict)
     promoted: str = ""
     """The Promoted condition's status and message (spec.inference.promoteWhen), when the job has a gate."""
+    logs: dict[int, list[str]] = field(default_factory=dict)
+    """`mmrl logs NAME --attempt N` for each attempt: the trainer's log from the job's volume."""
 
     def render(self) -> str:
         lines = [f"job {self.name}: {self.phase} in {self.wall_seconds:.0f} s"]
@@ -89,6 +93,9 @@ class Summary:
             lines.append(f"  held-out reward: {self.held_out_first:.3f} -> {self.held_out_last:.3f}")
         if self.promoted:
             lines.append(f"  promotion gate: {self.promoted}")
+        for n, logged in self.logs.items():
+            lines.append(f"  mmrl logs {self.name} --attempt {n}: {len(logged)} lines, the last:")
+            lines += [f"    {line[:160]}" for line in logged[-3:]]
         lines.append(f"  adapter: {self.adapter_pod_dir} on the claim = {self.adapter_host_dir}")
         if self.plot:
             lines.append(f"  reward curve: {self.plot}")
@@ -314,7 +321,16 @@ class Demo:
             served=dict(self.served),
             submissions=dict(self.submissions),
             promoted=f"Promoted={gate['status']}: {gate.get('message', '')}" if gate else "",
+            logs=self.attempt_logs(st.get("attempts") or []),
         )
+
+    def attempt_logs(self, attempts: list[dict[str, Any]]) -> dict[int, list[str]]:
+        """What `mmrl logs` prints for each attempt (through the head pod's trainer-log container)."""
+        try:
+            return {a["index"]: list(read_logs(self.api, self.ns, self.name, a["index"])) for a in attempts}
+        except (NoHeadPod, ApiException) as err:
+            self.say(f"mmrl logs: {err}")
+            return {}
 
     # --- serving -------------------------------------------------------------------------------------------
 

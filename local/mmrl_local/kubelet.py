@@ -32,9 +32,11 @@ from kubernetes.client.rest import ApiException
 from mmrl_local import hyperpod as hp
 from mmrl_local import images, podnet
 from mmrl_local.clock import micro_now, now_iso
+from mmrl_local.kubelet_logs import LogServer
 from mmrl_local.kubelet_pod import PodWorker, finish_delete
 
 log = logging.getLogger("mmrl_local.kubelet")
+LOG_ADDRESS = "127.0.0.1"  # the apiserver reaches the log endpoint here (test traffic stays on loopback)
 POD_RANGE = ipaddress.ip_network("10.244.128.0/17")  # kwok hands out podnet.KWOK_POD_CIDR, the other half
 LEASE_SECONDS = 40
 
@@ -43,8 +45,9 @@ def is_ours(node: dict[str, Any]) -> bool:
     return hp.KUBELET_ANNOTATION in (node["metadata"].get("annotations") or {})
 
 
-def node_status(node: dict[str, Any], heartbeat: str) -> dict[str, Any]:
-    """The status this kubelet reports for ``node`` now: Ready unless a NotReady reason is set on it."""
+def node_status(node: dict[str, Any], heartbeat: str, log_port: int) -> dict[str, Any]:
+    """The status this kubelet reports for ``node`` now: Ready unless a NotReady reason is set on it. Its address is
+    loopback and its kubelet port the log endpoint's (kubelet_logs), where the apiserver sends pods/log."""
     reason = (node["metadata"].get("annotations") or {}).get(hp.NOT_READY_ANNOTATION)
     old = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
 
@@ -76,9 +79,10 @@ def node_status(node: dict[str, Any], heartbeat: str) -> dict[str, Any]:
     return {
         "conditions": [*pressure, ready],
         "addresses": [
-            {"type": "InternalIP", "address": podnet.NODE_IP},
+            {"type": "InternalIP", "address": LOG_ADDRESS},
             {"type": "Hostname", "address": node["metadata"]["name"]},
         ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": log_port}},
         "nodeInfo": {
             "architecture": "amd64",
             "operatingSystem": "linux",
@@ -121,13 +125,16 @@ class Kubelet:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mmrl-local-kubelet", daemon=True)
         self.errors: list[str] = []
+        self.logs = LogServer(self.log_file, workdir)
 
     def start(self) -> Kubelet:
+        self.logs.start()
         self._thread.start()
         return self
 
     def close(self) -> None:
         self._stop.set()
+        self.logs.close()
         self._thread.join(timeout=30)
         for worker in list(self.workers.values()):
             worker.stop(wait=False)
@@ -140,6 +147,14 @@ class Kubelet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def log_file(self, namespace: str, pod: str, container: str) -> Path | None:
+        """The output file of a container this kubelet runs (for the log endpoint, kubelet_logs)."""
+        for worker in list(self.workers.values()):
+            if (worker.ns, worker.name) == (namespace, pod):
+                names = {c.name for c in worker.containers + worker.init}
+                return worker.workdir / "logs" / f"{container}.log" if container in names else None
+        return None
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -238,7 +253,7 @@ class Kubelet:
         if not due and self._reported.get(name) == want:
             return
         try:
-            self.core.patch_node_status(name, {"status": node_status(node, now_iso())})
+            self.core.patch_node_status(name, {"status": node_status(node, now_iso(), self.logs.port)})
             self._renew_lease(name, node["metadata"]["uid"], micro_now())
         except ApiException as err:
             if err.status != 404:

@@ -74,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("status", help="show a job's phase, conditions, attempts, progress and events")
     s.add_argument("name")
     s.add_argument("-n", "--namespace", default=None)
+    lg = sub.add_parser("logs", help="print a job's trainer log, every attempt's (from the job's volume)")
+    lg.add_argument("name")
+    lg.add_argument("--attempt", type=int, default=None, help="only this attempt, as the trainer wrote it")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    lg.add_argument("-n", "--namespace", default=None)
     ch = sub.add_parser("chat", help="ask a serving job's adapter one question (through its Service)")
     ch.add_argument("name")
     ch.add_argument("question")
@@ -99,6 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mmrl_operator.status_cli import show_status
 
         return show_status(args.name, args.namespace)
+    if args.command == "logs":
+        from mmrl_operator.logs_cli import show_logs
+
+        return show_logs(args.name, args.namespace, args.attempt, args.follow)
     if args.command == "chat":
         from mmrl_operator.chat_cli import main as chat
 

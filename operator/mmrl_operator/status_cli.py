@@ -69,17 +69,23 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def current_namespace() -> str:
+    """The kubeconfig's current context's namespace, as kubectl uses it; "default" without one."""
+    from kubernetes import config
+
+    try:
+        return str(config.list_kube_config_contexts()[1]["context"].get("namespace", "default"))
+    except Exception:
+        return "default"
+
+
 def show_status(name: str, namespace: str | None, out: TextIO = sys.stdout) -> int:
-    from kubernetes import client, config
+    from kubernetes import client
 
     from mmrl_operator.kube import load_config
 
     api = load_config()
-    if namespace is None:
-        try:
-            namespace = config.list_kube_config_contexts()[1]["context"].get("namespace", "default")
-        except Exception:
-            namespace = "default"
+    namespace = namespace or current_namespace()
     custom = client.CustomObjectsApi(api)
     try:
         job = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)

@@ -18,6 +18,7 @@ import pytest
 from mmrl_local import build, podnet
 from mmrl_local.demo import Demo
 from mmrl_operator.chat_cli import ask
+from mmrl_operator.logs_cli import read_logs
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.operator import Jobs
@@ -78,6 +79,12 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     promoted = next(c for c in status["conditions"] if c["type"] == "Promoted")
     assert promoted["status"] == "True" and promoted["reason"] == "GatePassed", promoted["message"]
     assert "promotion gate: Promoted=True" in summary.render()
+    # `mmrl logs` for both attempts, through the head pod's trainer-log container (pods/log): attempt 1's log
+    # outlived the node it trained on, because the trainer wrote it to the job's volume.
+    first, second = summary.logs[1], summary.logs[2]
+    assert any("backend=local" in line for line in first) and any("step" in line for line in first)
+    assert any(f"resuming from step {summary.resumed_from_step}" in line for line in second)
+    assert list(read_logs(api_client, namespace, d.name, 2)) == second
     adapter = check_adapter_dir(summary.adapter_host_dir)
     assert adapter.rank == 8 and adapter.base_model == "/ckpt/models/tiny-qwen3-vl"  # the path every pod mounts
     assert summary.plot is not None and summary.plot.stat().st_size > 0

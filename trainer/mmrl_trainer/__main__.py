@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             return _fail(EXIT_BAD_CONFIG, str(err))
         return EXIT_OK
+    from mmrl_trainer import attempt_log
+
+    attempt_log.start(cfg.checkpoint.dir, args.attempt)  # <jobDir>/logs/attempt-N.log: outlives this attempt's pods
     try:
         if cfg.backend == "local":
             from mmrl_trainer.backends import local

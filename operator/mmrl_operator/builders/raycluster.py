@@ -16,11 +16,12 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob, WorkerGroup
 from mmrl_api import constants as c
+from mmrl_api.contract import ATTEMPT_LOG_CONTAINER, ATTEMPT_LOG_DIR, attempt_log_argv
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.efa import efa_env
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.jsonmerge import merge_patch
-from mmrl_operator.names import kueue_labels, raycluster_name, service_account_name
+from mmrl_operator.names import job_dir, kueue_labels, raycluster_name, service_account_name
 from mmrl_operator.observed import AVOIDED_NODES_ANNOTATION
 
 SPEC_HASH_ANNOTATION = "mmrl.dev/spec-hash"
@@ -181,6 +182,9 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
         },
         "workerGroupSpecs": [_worker_group(job, g) for g in cluster.worker_groups],
     }
+    log_container = _trainer_log_container(job)
+    if log_container is not None:
+        spec["headGroupSpec"]["template"]["spec"]["containers"].append(log_container)
     digest = spec_hash(spec)
     # Every Ray pod carries the digest of the spec it was built from, so pods built from an older spec can be
     # found and replaced between attempts (KubeRay does not roll existing pods when a template changes).
@@ -200,6 +204,23 @@ def build_raycluster(job: MultimodalRLJob) -> dict[str, Any]:
             template["metadata"].setdefault("annotations", {})[AVOIDED_NODES_ANNOTATION] = ",".join(avoided)
             _prefer_other_nodes(template["spec"], avoided)
     return {"apiVersion": c.RAY_API_VERSION, "kind": "RayCluster", "metadata": metadata, "spec": spec}
+
+
+def _trainer_log_container(job: MultimodalRLJob) -> dict[str, Any] | None:
+    """The head pod's `trainer-log` container: prints every attempt's trainer log from the job directory
+    (mmrl_trainer.attempt_log), so `kubectl logs <head> -c trainer-log` and `mmrl logs` show them with only pods/log,
+    also for attempts whose pods are gone. None for s3:// job directories (no shared file system to read)."""
+    directory = job_dir(job)
+    if directory.startswith("s3://"):
+        return None
+    return {
+        "name": ATTEMPT_LOG_CONTAINER,
+        "image": job.spec.trainer.image,
+        "imagePullPolicy": job.spec.trainer.image_pull_policy,
+        "command": attempt_log_argv(f"{directory}/{ATTEMPT_LOG_DIR}"),
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "volumeMounts": build_mounts(job).mounts,
+    }
 
 
 def avoided_nodes(job: MultimodalRLJob) -> list[str]:

@@ -22,15 +22,16 @@ def ready_of(status: dict) -> dict:
 
 
 def test_a_node_reports_ready_and_keeps_the_transition_time_while_nothing_changes() -> None:
-    first = ready_of(node_status(node(), "2026-01-01T00:00:00Z"))
+    first = ready_of(node_status(node(), "2026-01-01T00:00:00Z", 10250))
     assert (first["status"], first["reason"]) == ("True", "KubeletReady")
-    later = ready_of(node_status(node(conditions=[first]), "2026-01-01T00:00:10Z"))
+    later = ready_of(node_status(node(conditions=[first]), "2026-01-01T00:00:10Z", 10250))
     assert later["lastTransitionTime"] == "2026-01-01T00:00:00Z" and later["lastHeartbeatTime"].endswith("10Z")
 
 
 def test_a_not_ready_annotation_makes_the_node_report_not_ready_with_that_reason() -> None:
-    was = ready_of(node_status(node(), "2026-01-01T00:00:00Z"))
-    now = ready_of(node_status(node({hp.NOT_READY_ANNOTATION: "NodeReplacement"}, [was]), "2026-01-01T00:00:05Z"))
+    was = ready_of(node_status(node(), "2026-01-01T00:00:00Z", 10250))
+    down = node({hp.NOT_READY_ANNOTATION: "NodeReplacement"}, [was])
+    now = ready_of(node_status(down, "2026-01-01T00:00:05Z", 10250))
     assert (now["status"], now["reason"], now["lastTransitionTime"]) == (
         "False",
         "NodeReplacement",
@@ -69,3 +70,9 @@ def test_http_and_tcp_probes_reach_the_pod_ip_and_resolve_named_ports() -> None:
         server.shutdown()
         server.server_close()
     assert not run_tcp({"port": port}, "127.0.0.1", {}, 1)
+
+
+def test_the_node_points_the_apiserver_at_the_log_endpoint_on_loopback() -> None:
+    status = node_status(node(), "2026-01-01T00:00:00Z", 41234)
+    assert status["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 41234}}
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in status["addresses"]

@@ -11,6 +11,7 @@ from mmrl_operator.builders.raycluster import build_raycluster
 from mmrl_operator.builders.rayjob import build_rayjob
 from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
+from mmrl_operator.names import job_dir
 from tests.support.factories import job
 
 
@@ -128,3 +129,18 @@ def test_s3_checkpoints_mount_no_checkpoint_volume() -> None:
     # the dataset's pvc:// claim is still mounted, read-only, for the data
     data = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
     assert [v["persistentVolumeClaim"] for v in data] == [{"claimName": "fsx-claim", "readOnly": True}]
+
+
+def test_the_head_pod_prints_every_attempts_trainer_log_from_the_job_directory() -> None:
+    from mmrl_api.contract import ATTEMPT_LOG_CONTAINER
+
+    j = job()
+    head = build_raycluster(j)["spec"]["headGroupSpec"]["template"]["spec"]
+    ray, log = head["containers"]
+    assert ray["name"] == "ray-head" and log["name"] == ATTEMPT_LOG_CONTAINER
+    assert log["command"] == ["python", "-m", "mmrl_trainer.attempt_log", "follow", f"{job_dir(j)}/logs"]
+    assert job_dir(j).startswith("/fsx/")
+    assert {m["mountPath"] for m in log["volumeMounts"]} >= {"/fsx"}
+    assert log["image"] == ray["image"] and log["resources"]["limits"] == {"memory": "128Mi"}
+    s3 = job({"spec": {"checkpoint": {"pvc": None, "s3": {"uri": "s3://bucket/ckpt"}}}})
+    assert len(build_raycluster(s3)["spec"]["headGroupSpec"]["template"]["spec"]["containers"]) == 1
