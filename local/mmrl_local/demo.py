@@ -45,6 +45,9 @@ from mmrl_trainer import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local.yaml"
+# The demo serves its adapter only if training beat the untrained model on the held-out colours (measured at step 0
+# and at the end): the promotion gate of docs/serving.md, on the example job.
+PROMOTION_GATE = {"spec": {"inference": {"promoteWhen": {"beatsBaseline": True}}}}
 MODEL_ON_CLAIM = "models/tiny-qwen3-vl"  # where examples/local.yaml's pvc:// model URI points inside the claim
 
 
@@ -129,7 +132,7 @@ class Demo:
         self.custom = client.CustomObjectsApi(api)
         self.kubectl, self.kubeconfig = kubectl, kubeconfig
         self.ns, self.volume_dir, self.out_dir, self.say = namespace, volume_dir, out_dir, say
-        doc = merge_patch(yaml.safe_load(EXAMPLE.read_text()), overrides or {})
+        doc = merge_patch(merge_patch(yaml.safe_load(EXAMPLE.read_text()), PROMOTION_GATE), overrides or {})
         doc["metadata"]["namespace"] = namespace
         self.doc = doc
         self.name = doc["metadata"]["name"]

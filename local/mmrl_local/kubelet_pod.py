@@ -42,11 +42,15 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def finish_delete(core: client.CoreV1Api, namespace: str, name: str, uid: str) -> None:
-    """The kubelet's last word on a graceful delete: remove the pod object (grace 0), only if it is still this pod."""
-    with contextlib.suppress(ApiException):
-        core.delete_namespaced_pod(
-            name, namespace, grace_period_seconds=0, body=client.V1DeleteOptions(preconditions={"uid": uid})
-        )
+    """The kubelet's last word on a graceful delete: remove the pod object (grace 0), only if it is still this pod.
+    Both go in the body: with a body, the apiserver reads the delete options from it and ignores the query's
+    gracePeriodSeconds, so the pod would stay Terminating."""
+    try:
+        options = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid))
+        core.delete_namespaced_pod(name, namespace, body=options)
+    except ApiException as err:
+        if err.status not in (404, 409):  # gone already, or a new pod under the name: nothing of ours to remove
+            log.warning("pod %s/%s: cannot remove the pod object: %s %s", namespace, name, err.status, err.reason)
 
 
 @dataclass

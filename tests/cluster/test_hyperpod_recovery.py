@@ -187,7 +187,7 @@ def test_a_node_whose_fault_ended_an_attempt_is_avoided_until_it_is_replaced(
     assert cluster["metadata"]["annotations"]["mmrl.dev/avoided-nodes"] == first
     # HyperPod replaces the node: a new instance under another name. The job forgets it without any pod of its own
     # on that node (its RayCluster's annotation is what ties the node to the job).
-    nodes.replace_node(core, first)
+    hyperpod_nodes.replace(first)  # the fixture deletes the new instance at teardown too
     wait_until(lambda: not jobs.status("geo").get("avoidedNodes"), 30, what="the replaced node forgotten")
     assert any(f"node {first} was replaced" in m for m in events(jobs, "geo", "AvoidedNodeReplaced"))
     assert jobs.status("geo")["attempt"] == 2 and jobs.ray_names("rayjobs") == ["geo-a2"]

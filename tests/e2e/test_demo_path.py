@@ -68,7 +68,7 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert status["progress"]["step"] == 12 and status["progress"]["attempt"] == 2
     assert summary.held_out_first is not None and summary.held_out_last is not None
     assert summary.held_out_last - summary.held_out_first >= 0.15, (summary.held_out_first, summary.held_out_last)
-    # The trainer reported what the promotion gate reads (examples/local.yaml: beatsBaseline), and the gate passed.
+    # The trainer reported what the promotion gate reads (the demo gates on beatsBaseline), and the gate passed.
     evaluation, lineage = status["adapter"]["evaluation"], status["adapter"]["lineage"]
     assert (evaluation["baselineReward"], evaluation["heldOutReward"]) == (
         summary.held_out_first,

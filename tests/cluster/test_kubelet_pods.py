@@ -1,0 +1,48 @@
+"""The local kubelet finishes a graceful delete as a kubelet does: SIGTERM, the grace period, SIGKILL, and the pod
+object goes, also for a process that takes its time to stop (as a draining Ray node does)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from mmrl_local.kubelet import Kubelet
+from tests.support.operator import wait_until
+
+pytestmark = pytest.mark.cluster
+
+SLOW_TO_STOP = """
+import signal, sys, time
+def drain(*_):
+    print("draining", flush=True)
+    time.sleep(3)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+print("up", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.parametrize("grace", [30, 1])
+def test_a_graceful_delete_ends_with_the_pod_object_gone(
+    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path, grace
+):
+    with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
+        node = hyperpod_nodes.cpu(kubelet=True)
+        spec = {"nodeName": node, "terminationGracePeriodSeconds": grace}
+        spec["containers"] = [{"name": "main", "image": "mmrl/trainer:test", "command": ["python", "-c", SLOW_TO_STOP]}]
+        core.create_namespaced_pod(namespace, {"metadata": {"name": "slow"}, "spec": spec})
+        wait_until(lambda: core.read_namespaced_pod("slow", namespace).status.phase == "Running", 60, what="running")
+        wait_until(lambda: "up" in core.read_namespaced_pod_log("slow", namespace), 30, what="started")
+        core.delete_namespaced_pod("slow", namespace)
+
+        def gone() -> bool:
+            try:
+                core.read_namespaced_pod("slow", namespace)
+            except client.ApiException as err:
+                return err.status == 404
+            return False
+
+        wait_until(gone, grace + 30, what="the pod object removed by the kubelet")
+    assert not kubelet.errors
