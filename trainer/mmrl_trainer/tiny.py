@@ -17,9 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from mmrl_trainer.envs.grid import MOVES
 from mmrl_trainer.synthetic import COLOURS, QUESTION, colour_examples
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -32,6 +33,9 @@ SPECIALS = [
 WORDS = sorted(
     {*COLOURS, "What", "what", "colour", "colours", "color", "is", "the", "image", "?", "Answer", "answer"}
     | {"with", "one", "word", ".", "it", "a", "system", "user", "assistant", "maybe", "or", "not", "I", "see"}
+    # The maze's moves (envs/grid.py MOVES), so the tiny VLM can act in the built-in environment; `<answer>` is
+    # spelt "<", "answer", ">" by the word-level pre-tokenizer, and the maze also reads a bare move word.
+    | {*MOVES, "<", ">", "</"}
 )
 # Qwen-style template: the processor expands each <|image_pad|> to the image's merged patch count. Like Qwen3-VL's,
 # it accepts both TRL's {"type": "image"} parts and SkyRL's {"type": "image_url"} parts.

@@ -197,6 +197,10 @@ def configure_threads() -> None:
 
 
 def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None) -> LocalResult:
+    if cfg.dataset.environment is not None:  # multi-turn episodes: our own GRPO loop (see local_episodes.py)
+        from mmrl_trainer.backends import local_episodes
+
+        return local_episodes.run(cfg, evaluate=evaluate, attempt=attempt)
     import datasets
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor, PrinterCallback, set_seed
