@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-pytest.importorskip("transformers")
-torch = pytest.importorskip("torch")
-
 from mmrl_trainer.backends.episode_grpo import group_advantages, step_rows, token_loss
 from mmrl_trainer.backends.episode_rollout import EpisodeTokens, observation_message
 from mmrl_trainer.envs.maze import MazeEpisode
 from mmrl_trainer.tiny import build_processor
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_grpo_advantages_are_over_each_seeds_episodes() -> None:
 
 def test_each_step_has_its_own_rows_and_every_epoch_covers_them_all() -> None:
     steps = [step_rows(10, 4, s, seed=0) for s in range(3)]
-    assert sorted(sum(steps, [])) == list(range(10))
+    assert sorted(row for rows in steps for row in rows) == list(range(10))
     assert step_rows(10, 4, 1, seed=0) == steps[1]  # a resumed run gets the same rows
     assert step_rows(10, 4, 3, seed=0) != steps[0] or step_rows(10, 4, 4, seed=0) != steps[1]
 
@@ -89,3 +89,14 @@ def test_the_loss_pushes_reply_tokens_by_their_advantage_and_kl_pulls_back() -> 
     assert with_kl.item() == pytest.approx(0.5 * (math.exp(-2.0) + 2.0 - 1))
     with_kl.backward()
     assert logp.grad.item() > 0  # above the reference: the KL term pushes it back down
+
+
+def test_the_tiny_vlm_can_say_every_maze_move(processor) -> None:
+    from mmrl_trainer.envs.grid import MOVES
+    from mmrl_trainer.envs.maze import parse_move
+
+    tok = processor.tokenizer
+    for move in MOVES:
+        ids = tok(f"<answer>{move}</answer>")["input_ids"]
+        assert tok.unk_token_id not in ids
+        assert parse_move(tok.decode(ids)) == move  # what the policy writes is the move the maze reads

@@ -80,6 +80,8 @@ class EpisodeTokens:
             "attention_mask": torch.ones(1, len(self.ids), dtype=torch.long),
         }
         if self.pixel_values:
+            # Which tokens are image tokens: Qwen3-VL's multimodal RoPE needs it alongside the images.
+            inputs["mm_token_type_ids"] = torch.tensor(self.processor.create_mm_token_type_ids([self.ids]))
             inputs["pixel_values"] = torch.cat(self.pixel_values)
             inputs["image_grid_thw"] = torch.cat(self.grids)
         return inputs

@@ -213,16 +213,11 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
 
     from mmrl_trainer.adapter import export_adapter
-    from mmrl_trainer.backends.local import LocalResult, configure_threads, lora_config, total_steps
+    from mmrl_trainer.backends.local import LocalResult, lora_config, start_attempt, total_steps
     from mmrl_trainer.data import load_examples
     from mmrl_trainer.models import resolve_model
 
-    configure_threads()
-    root = ckpt.local_dir(cfg.checkpoint.dir)
-    root.mkdir(parents=True, exist_ok=True)
-    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
-    reporter = ProgressReporter.from_config(cfg, attempt=attempt)
-    reporter.started(resume)
+    _, resume, reporter = start_attempt(cfg, attempt)
     model_path = resolve_model(cfg.model)
     train_seeds = row_seeds(load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), "spec.dataset.train")
     held_out = (
