@@ -172,7 +172,39 @@ def warm_up(model, processor, *, steps: int, seed: int, p_correct: float, batch:
     model.eval()
 
 
-def recipe(seed: int, warmup_steps: int, p_correct: float) -> dict:
+def warm_up_moves(model, processor, *, steps: int, seed: int, batch: int = 16, lr: float = 1e-3) -> None:
+    """Teach the base to answer a maze observation with a move, chosen at random (so it can act, knowing nothing of
+    where to go): RL on the maze then has random-walk successes to learn from instead of a reward that is always 0."""
+    import torch
+
+    from mmrl_trainer.envs.maze import MazeEpisode
+
+    rng = random.Random(seed + 2000)
+    eos = processor.tokenizer.eos_token
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        prompts, images, texts = [], [], []
+        for _ in range(batch):
+            first = MazeEpisode({"size": str(rng.choice([3, 4, 5]))}).reset(rng.randrange(10**9))
+            chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": first.text}]}]
+            prompts.append(processor.apply_chat_template(chat, add_generation_prompt=True))
+            images.append([first.image])
+            texts.append(f"{prompts[-1]} {rng.choice(sorted(MOVES))} {eos}")
+        processor.tokenizer.padding_side = "right"
+        enc = processor(text=texts, images=images, return_tensors="pt", padding=True)
+        processor.tokenizer.padding_side = "left"
+        labels = enc["input_ids"].clone()
+        for row, (prompt, image) in enumerate(zip(prompts, images, strict=True)):
+            labels[row, : len(processor(text=[prompt], images=[image])["input_ids"][0])] = -100
+        labels[enc["attention_mask"] == 0] = -100
+        model(**enc, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+
+
+def recipe(seed: int, warmup_steps: int, p_correct: float, move_steps: int) -> dict:
     import transformers
 
     return {
@@ -180,6 +212,7 @@ def recipe(seed: int, warmup_steps: int, p_correct: float) -> dict:
         "seed": seed,
         "warmup_steps": warmup_steps,
         "p_correct": p_correct,
+        "move_steps": move_steps,
         "text": TEXT,
         "words": WORDS,
         "transformers": transformers.__version__,
@@ -187,10 +220,15 @@ def recipe(seed: int, warmup_steps: int, p_correct: float) -> dict:
 
 
 def build_tiny_vlm(
-    out_dir: str | Path | None = None, *, seed: int = 0, warmup_steps: int = 120, p_correct: float = 0.3
+    out_dir: str | Path | None = None,
+    *,
+    seed: int = 0,
+    warmup_steps: int = 120,
+    p_correct: float = 0.3,
+    move_steps: int = 30,
 ) -> Path:
     """Return a model directory (config, weights, tokenizer, processor); reuses the cache when the recipe matches."""
-    spec = recipe(seed, warmup_steps, p_correct)
+    spec = recipe(seed, warmup_steps, p_correct, move_steps)
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     target = Path(out_dir) if out_dir else cache_root() / "models" / f"tiny-qwen3-vl-{key}"
     if (target / "mmrl-tiny.json").is_file():
@@ -207,6 +245,7 @@ def build_tiny_vlm(
     torch.set_num_threads(int(os.environ.get("MMRL_TORCH_THREADS", "1")))
     try:
         warm_up(model, processor, steps=warmup_steps, seed=seed, p_correct=p_correct)
+        warm_up_moves(model, processor, steps=move_steps, seed=seed)
     finally:
         torch.set_num_threads(threads)
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
