@@ -104,6 +104,14 @@ class EpisodeRollout:
         return sum(self.tokens.loss_mask)
 
 
+def media_token_ids(processor) -> list[int]:
+    """Image/video placeholder tokens: a reply must never contain one, or the next turn's context would claim an
+    image that does not exist (Qwen3-VL's rope index then fails). Suppressed at sampling only."""
+    tok = processor.tokenizer
+    names = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    return [i for i in tok.convert_tokens_to_ids(list(names)) if i is not None and i != tok.unk_token_id]
+
+
 def sample_reply(model, tokens: EpisodeTokens, *, max_new_tokens: int, temperature: float) -> list[int]:
     """The policy's next reply as token ids, ending at (and including) its end-of-turn token if it chose one."""
     import torch
@@ -111,7 +119,13 @@ def sample_reply(model, tokens: EpisodeTokens, *, max_new_tokens: int, temperatu
     inputs = tokens.model_inputs()
     with torch.no_grad():
         out = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_k=0, top_p=1.0
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            suppress_tokens=media_token_ids(tokens.processor),
         )
     new = out[0, inputs["input_ids"].shape[1] :].tolist()
     eos_id = tokens.processor.tokenizer.eos_token_id
