@@ -42,6 +42,27 @@ MAX_GRAD_NORM = 1.0
 EVAL_SEED = 1234
 
 
+def loop_arguments(cfg: TrainerConfig) -> dict[str, Any]:
+    """What the episode loop runs with (pure; the dry run prints it in place of TRL's arguments)."""
+    algo, env = cfg.algorithm, cfg.dataset.environment
+    assert env is not None
+    return {
+        "environment": env.class_path or env.name,
+        "max_turns": env.max_turns,
+        "episodes_per_step": algo.train_batch_size * algo.samples_per_prompt,
+        "group_size": algo.samples_per_prompt,
+        "max_context_tokens": episode_context_length(cfg),
+        "max_reply_tokens": algo.max_response_length,
+        "temperature": algo.temperature,
+        "learning_rate": algo.learning_rate,
+        "clip": [algo.clip_eps_low, algo.clip_eps_high],
+        "kl_coef": algo.kl_coef,
+        "max_grad_norm": MAX_GRAD_NORM,
+        "save_steps": cfg.checkpoint.interval_steps,
+        "seed": cfg.seed,
+    }
+
+
 def rollouts(model, processor, cfg: TrainerConfig, seeds: list[int], samples: int) -> list[EpisodeRollout]:
     """`samples` episodes per seed, grouped by seed in order."""
     assert cfg.dataset.environment is not None
