@@ -7,7 +7,7 @@ import math
 import pytest
 
 from mmrl_trainer.backends.episode_grpo import group_advantages, step_rows, token_loss
-from mmrl_trainer.backends.episode_rollout import EpisodeTokens, observation_message
+from mmrl_trainer.backends.episode_rollout import EpisodeTokens, media_token_ids, observation_message
 from mmrl_trainer.envs.maze import MazeEpisode
 from mmrl_trainer.tiny import build_processor
 
@@ -100,3 +100,10 @@ def test_the_tiny_vlm_can_say_every_maze_move(processor) -> None:
         ids = tok(f"<answer>{move}</answer>")["input_ids"]
         assert tok.unk_token_id not in ids
         assert parse_move(tok.decode(ids)) == move  # what the policy writes is the move the maze reads
+
+
+def test_a_reply_may_never_sample_an_image_placeholder(processor) -> None:
+    # A sampled <|image_pad|> would claim an image the next turn does not carry (Qwen3-VL's rope index then fails).
+    tok = processor.tokenizer
+    names = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    assert sorted(media_token_ids(processor)) == sorted(tok.convert_tokens_to_ids(names))
