@@ -56,6 +56,7 @@ def _skyrl(cfg: TrainerConfig) -> list[str]:
 
 def _local(cfg: TrainerConfig) -> list[str]:
     from mmrl_trainer.backends.local import STAGING, grpo_kwargs
+    from mmrl_trainer.backends.local_episodes import loop_arguments
 
     staging = f"{cfg.checkpoint.dir.rstrip('/')}/{STAGING}"
     use_cpu = cfg.placement.gpus_per_node == 0
@@ -73,8 +74,11 @@ def _local(cfg: TrainerConfig) -> list[str]:
         "lora sync path: none (one process trains and generates)",
         "log dir: none (stdout)",
         f"expected checkpoint footprint: {_footprint(cfg)}",
-        "trl arguments:",
-        *_lines(grpo_kwargs(cfg, staging, use_cpu=use_cpu)),
+        *(
+            ["episode loop arguments (backends/local_episodes.py):", *_lines(loop_arguments(cfg))]
+            if cfg.dataset.environment is not None
+            else ["trl arguments:", *_lines(grpo_kwargs(cfg, staging, use_cpu=use_cpu))]
+        ),
         "lora arguments:",
         *_lines(lora),
     ]

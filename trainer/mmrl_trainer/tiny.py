@@ -17,9 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from mmrl_trainer.envs.grid import MOVES
 from mmrl_trainer.synthetic import COLOURS, QUESTION, colour_examples
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 5
 SPECIALS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -32,6 +33,9 @@ SPECIALS = [
 WORDS = sorted(
     {*COLOURS, "What", "what", "colour", "colours", "color", "is", "the", "image", "?", "Answer", "answer"}
     | {"with", "one", "word", ".", "it", "a", "system", "user", "assistant", "maybe", "or", "not", "I", "see"}
+    # The maze's moves (envs/grid.py MOVES), so the tiny VLM can act in the built-in environment; `<answer>` is
+    # spelt "<", "answer", ">" by the word-level pre-tokenizer, and the maze also reads a bare move word.
+    | {*MOVES, "<", ">", "</"}
 )
 # Qwen-style template: the processor expands each <|image_pad|> to the image's merged patch count. Like Qwen3-VL's,
 # it accepts both TRL's {"type": "image"} parts and SkyRL's {"type": "image_url"} parts.
@@ -141,15 +145,29 @@ def noisy_target(colour: str, rng: random.Random, p_correct: float) -> str:
     return rng.choice([f"{colour} {colour}", f"the {colour}", f"it is {colour}", f"{colour} or {colour}"])
 
 
-def warm_up(model, processor, *, steps: int, seed: int, p_correct: float, batch: int = 32, lr: float = 3e-3) -> None:
+def warm_up(
+    model,
+    processor,
+    *,
+    steps: int,
+    seed: int,
+    p_correct: float,
+    move_steps: int = 0,
+    batch: int = 32,
+    lr: float = 3e-3,
+) -> None:
+    """The colour task's noisy warm-up; `move_steps` of its steps (spread evenly) also take a maze batch
+    (`move_loss`), interleaved so that neither task's answers take over the other's prompts."""
     import torch
 
     rng = random.Random(seed)
+    move_rng = random.Random(seed + 2000)
     examples = colour_examples(steps * batch, seed + 1000)
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
     eos = processor.tokenizer.eos_token
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    every = steps // move_steps if move_steps else 0
     model.train()
     for i in range(steps):
         chunk = examples[i * batch : (i + 1) * batch]
@@ -162,13 +180,38 @@ def warm_up(model, processor, *, steps: int, seed: int, p_correct: float, batch:
         labels[:, :n_prompt] = -100
         labels[enc["attention_mask"] == 0] = -100
         loss = model(**enc, labels=labels).loss
+        if every and i % every == 0 and i // every < move_steps:
+            loss = loss + move_loss(model, processor, move_rng, batch // 2)
         loss.backward()
         opt.step()
         opt.zero_grad()
     model.eval()
 
 
-def recipe(seed: int, warmup_steps: int, p_correct: float) -> dict:
+def move_loss(model, processor, rng: random.Random, batch: int):
+    """Loss of answering maze first observations with a random move: the base learns to act, knowing nothing of
+    where to go, so RL on the maze has random-walk successes to learn from instead of a reward that is always 0."""
+    from mmrl_trainer.envs.maze import MazeEpisode
+
+    eos = processor.tokenizer.eos_token
+    prompts, images, texts = [], [], []
+    for _ in range(batch):
+        first = MazeEpisode({"size": str(rng.choice([3, 4, 5]))}).reset(rng.randrange(10**9))
+        chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": first.text}]}]
+        prompts.append(processor.apply_chat_template(chat, add_generation_prompt=True))
+        images.append([first.image])
+        texts.append(f"{prompts[-1]} {rng.choice(sorted(MOVES))} {eos}")
+    processor.tokenizer.padding_side = "right"
+    enc = processor(text=texts, images=images, return_tensors="pt", padding=True)
+    processor.tokenizer.padding_side = "left"
+    labels = enc["input_ids"].clone()
+    for row, (prompt, image) in enumerate(zip(prompts, images, strict=True)):
+        labels[row, : len(processor(text=[prompt], images=[image])["input_ids"][0])] = -100
+    labels[enc["attention_mask"] == 0] = -100
+    return model(**enc, labels=labels).loss
+
+
+def recipe(seed: int, warmup_steps: int, p_correct: float, move_steps: int) -> dict:
     import transformers
 
     return {
@@ -176,6 +219,7 @@ def recipe(seed: int, warmup_steps: int, p_correct: float) -> dict:
         "seed": seed,
         "warmup_steps": warmup_steps,
         "p_correct": p_correct,
+        "move_steps": move_steps,
         "text": TEXT,
         "words": WORDS,
         "transformers": transformers.__version__,
@@ -183,10 +227,15 @@ def recipe(seed: int, warmup_steps: int, p_correct: float) -> dict:
 
 
 def build_tiny_vlm(
-    out_dir: str | Path | None = None, *, seed: int = 0, warmup_steps: int = 120, p_correct: float = 0.3
+    out_dir: str | Path | None = None,
+    *,
+    seed: int = 0,
+    warmup_steps: int = 120,
+    p_correct: float = 0.3,
+    move_steps: int = 30,
 ) -> Path:
     """Return a model directory (config, weights, tokenizer, processor); reuses the cache when the recipe matches."""
-    spec = recipe(seed, warmup_steps, p_correct)
+    spec = recipe(seed, warmup_steps, p_correct, move_steps)
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     target = Path(out_dir) if out_dir else cache_root() / "models" / f"tiny-qwen3-vl-{key}"
     if (target / "mmrl-tiny.json").is_file():
@@ -202,7 +251,7 @@ def build_tiny_vlm(
     threads = torch.get_num_threads()
     torch.set_num_threads(int(os.environ.get("MMRL_TORCH_THREADS", "1")))
     try:
-        warm_up(model, processor, steps=warmup_steps, seed=seed, p_correct=p_correct)
+        warm_up(model, processor, steps=warmup_steps, seed=seed, p_correct=p_correct, move_steps=move_steps)
     finally:
         torch.set_num_threads(threads)
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id

@@ -83,6 +83,29 @@ def test_dry_run_of_the_local_example_prints_its_trl_arguments(tmp_path: Path, c
     assert f"checkpoint dir: {cfg.checkpoint.dir}" in out.splitlines()
 
 
+MAZE_JOB = {
+    "spec": {
+        "dataset": {
+            "train": "synthetic://maze?n=64",
+            "validation": "synthetic://maze?n=16&seed=1",
+            "reward": None,
+            "environment": {"name": "maze", "maxTurns": 5},
+        }
+    }
+}
+
+
+def test_dry_run_of_a_local_environment_job_prints_the_episode_loop_not_trl(tmp_path: Path, capsys) -> None:
+    cfg, path = config_file(tmp_path, "local.yaml", MAZE_JOB)
+    assert main(["--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    loop = section(out, "episode loop arguments")
+    assert loop["environment"] == "maze" and loop["max_turns"] == "5"
+    algo = cfg.algorithm
+    assert loop["episodes_per_step"] == str(algo.train_batch_size * algo.samples_per_prompt)
+    assert "trl arguments:" not in out
+
+
 def test_dry_run_refuses_what_the_run_would_refuse_with_the_field(tmp_path: Path, capsys) -> None:
     # Admission refuses this job (spec.checkpoint); a trainer config written by hand still gets the trainer's answer.
     cfg, path = config_file(tmp_path, "job.yaml", {"spec": {"checkpoint": {"pvc": None, "s3": {"uri": "s3://bkt/p"}}}})
@@ -101,9 +124,9 @@ print(json.dumps([rc, heavy]))
 """
 
 
-@pytest.mark.parametrize("name", ["job.yaml", "local.yaml"])
-def test_dry_run_starts_nothing(tmp_path: Path, name: str) -> None:
-    _, path = config_file(tmp_path, name)
+@pytest.mark.parametrize(("name", "patch"), [("job.yaml", None), ("local.yaml", None), ("local.yaml", MAZE_JOB)])
+def test_dry_run_starts_nothing(tmp_path: Path, name: str, patch: dict | None) -> None:
+    _, path = config_file(tmp_path, name, patch)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("api", "operator", "trainer"))}
     run = subprocess.run(
         [sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, timeout=120, env=env

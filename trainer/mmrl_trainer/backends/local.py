@@ -196,7 +196,24 @@ def configure_threads() -> None:
     torch.set_num_threads(torch_threads(dict(os.environ), torch.cuda.is_available(), len(os.sched_getaffinity(0))))
 
 
+def start_attempt(cfg: TrainerConfig, attempt: int | None) -> tuple[Path, ckpt.Checkpoint | None, ProgressReporter]:
+    """Threads, the checkpoint root, the step to resume from, and the reporter that has announced the attempt."""
+    configure_threads()
+    root = ckpt.local_dir(cfg.checkpoint.dir)
+    root.mkdir(parents=True, exist_ok=True)
+    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
+    reporter = ProgressReporter.from_config(cfg, attempt=attempt)
+    # Before the slow part (model load, data): tell the operator which checkpoint this attempt really resumes from.
+    # No heartbeat yet: the startup timeout covers loading, the hang timeout starts with the first training step.
+    reporter.started(resume)
+    return root, resume, reporter
+
+
 def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None) -> LocalResult:
+    if cfg.dataset.environment is not None:  # multi-turn episodes: our own GRPO loop (see local_episodes.py)
+        from mmrl_trainer.backends import local_episodes
+
+        return local_episodes.run(cfg, evaluate=evaluate, attempt=attempt)
     import datasets
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor, PrinterCallback, set_seed
@@ -208,14 +225,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     from mmrl_trainer.models import resolve_model
     from mmrl_trainer.rewards import resolve
 
-    configure_threads()
-    root = ckpt.local_dir(cfg.checkpoint.dir)
-    root.mkdir(parents=True, exist_ok=True)
-    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
-    reporter = ProgressReporter.from_config(cfg, attempt=attempt)
-    # Before the slow part (model load, data): tell the operator which checkpoint this attempt really resumes from.
-    # No heartbeat yet: the startup timeout covers loading, the hang timeout starts with the first training step.
-    reporter.started(resume)
+    root, resume, reporter = start_attempt(cfg, attempt)
     model_path = resolve_model(cfg.model)
     train = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
 

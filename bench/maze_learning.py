@@ -1,0 +1,94 @@
+"""Maze learning: the local backend trains the tiny Qwen3-VL on `synthetic://maze` (CPU) and the held-out success
+rate is compared before and after, for several training seeds.
+
+Each seed runs the real local backend (backends/local_episodes.py) on a small maze (4x4, few turns): its metrics
+file holds the untrained policy's held-out success (`baseline`) and the trained one's (`finished`), both sampled at
+the RL temperature over the same held-out mazes. Printed per seed, then the mean. No threshold: this is a
+measurement, not a test.
+
+    PYTHONPATH=api:operator:trainer:local python bench/maze_learning.py [--seeds 0 1 2] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MMRL_TORCH_THREADS", "1")
+
+from mmrl_api.trainer_config import TrainerConfig
+from mmrl_trainer.backends import local
+from mmrl_trainer.tiny import build_tiny_vlm
+
+
+def maze_config(job_dir: Path, model: Path, seed: int, args: argparse.Namespace) -> TrainerConfig:
+    return TrainerConfig.model_validate(
+        {
+            "backend": "local",
+            "job": {"namespace": "bench", "name": f"maze-{seed}"},
+            "model": {"name": str(model)},
+            "lora": {"rank": 8, "alpha": 16},
+            "algorithm": {
+                "samplesPerPrompt": args.samples,
+                "learningRate": args.lr,
+                "trainBatchSize": args.batch,
+                "miniBatchSize": args.batch,
+                "maxSteps": args.steps,
+                "maxResponseLength": 3,
+                "maxPromptLength": 128,
+                "klCoef": 0.0,
+            },
+            "dataset": {
+                "train": "synthetic://maze?n=256&seed=0",
+                "validation": f"synthetic://maze?n={args.held_out}&seed=1",
+                "environment": {"name": "maze", "maxTurns": args.turns, "params": {"size": "4", "walls": "0.2"}},
+            },
+            "checkpoint": {"dir": str(job_dir), "interval_steps": 1000, "keep": 1},
+            "export_dir": str(job_dir / "adapter"),
+            "progress": {"enabled": False},
+            "seed": seed,
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--held-out", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=5e-3)
+    args = parser.parse_args()
+    model = build_tiny_vlm()
+    rows = []
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory(prefix="maze-bench-") as tmp:
+            started = time.monotonic()
+            local.run(maze_config(Path(tmp), model, seed, args))
+            records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+        before = next(r for r in records if r.get("event") == "baseline")
+        after = next(r for r in records if r.get("event") == "finished")
+        train = [r for r in records if "success_rate" in r]
+        rows.append((seed, before["eval_success"], after["eval_success"], time.monotonic() - started))
+        print(
+            f"seed {seed}: held-out success {before['eval_success']:.3f} -> {after['eval_success']:.3f} "
+            f"(reward {before['eval_reward']:.3f} -> {after['eval_reward']:.3f}; train success first/last step "
+            f"{train[0]['success_rate']:.2f}/{train[-1]['success_rate']:.2f}; {rows[-1][3]:.0f}s)",
+            flush=True,
+        )
+    n = len(rows)
+    print(
+        f"mean over {n} seeds: held-out success {sum(r[1] for r in rows) / n:.3f} -> {sum(r[2] for r in rows) / n:.3f}"
+        f" ({args.steps} steps of {args.batch}x{args.samples} episodes, 4x4 maze, {args.turns} turns)"
+    )
+
+
+if __name__ == "__main__":
+    main()
