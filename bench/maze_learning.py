@@ -75,12 +75,12 @@ def main() -> None:
             records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
         before = next(r for r in records if r.get("event") == "baseline")
         after = next(r for r in records if r.get("event") == "finished")
-        train = [r for r in records if "success_rate" in r]
+        train = [r for r in records if "episode_success" in r]
         rows.append((seed, before["eval_success"], after["eval_success"], time.monotonic() - started))
         print(
             f"seed {seed}: held-out success {before['eval_success']:.3f} -> {after['eval_success']:.3f} "
             f"(reward {before['eval_reward']:.3f} -> {after['eval_reward']:.3f}; train success first/last step "
-            f"{train[0]['success_rate']:.2f}/{train[-1]['success_rate']:.2f}; {rows[-1][3]:.0f}s)",
+            f"{train[0]['episode_success']:.2f}/{train[-1]['episode_success']:.2f}; {rows[-1][3]:.0f}s)",
             flush=True,
         )
     n = len(rows)

@@ -87,7 +87,7 @@ def test_a_held_out_evaluation_reports_success_rate(tiny_model: Path, tmp_path: 
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     baseline = next(r for r in records if r.get("event") == "baseline")
     finished = next(r for r in records if r.get("event") == "finished")
-    step = next(r for r in records if "success_rate" in r)
+    step = next(r for r in records if "episode_success" in r)
     assert 0.0 <= baseline["eval_success"] <= 1.0 and 0.0 <= finished["eval_success"] <= 1.0
     assert result.held_out_reward == finished["eval_reward"]
-    assert 1 <= step["turns"] <= 3
+    assert 1 <= step["episode_turns"] <= 3

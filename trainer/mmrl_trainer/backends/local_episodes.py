@@ -142,8 +142,8 @@ def episode_metrics(played: list[EpisodeRollout]) -> dict[str, float]:
     n = max(1, len(played))
     return {
         "reward": sum(r.reward for r in played) / n,
-        "success_rate": sum(r.success for r in played) / n,
-        "turns": sum(r.turns for r in played) / n,
+        "episode_success": sum(r.success for r in played) / n,
+        "episode_turns": sum(r.turns for r in played) / n,
         "completion_length": sum(r.response_tokens for r in played) / n,
         "episode_length": sum(len(r.tokens.ids) for r in played) / n,
     }
@@ -205,8 +205,8 @@ def train_episodes(
             step,
             n_steps,
             metrics["reward"],
-            metrics["success_rate"],
-            metrics["turns"],
+            metrics["episode_success"],
+            metrics["episode_turns"],
             metrics["loss"],
             metrics["step_time"],
         )
