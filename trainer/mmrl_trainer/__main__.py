@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_BAD_CONFIG, f"config {args.config} is invalid: {err}")
     if args.backend:
         cfg = cfg.model_copy(update={"backend": args.backend})
+    if not (args.check or args.dry_run):
+        from mmrl_trainer import attempt_log
+
+        attempt_log.start(cfg.checkpoint.dir, args.attempt)  # <jobDir>/logs/attempt-N.log outlives this attempt
     log.info("job %s/%s: backend=%s resume=%s", cfg.job.namespace, cfg.job.name, cfg.backend, cfg.resume)
     if args.check:
         return EXIT_OK
@@ -114,9 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             return _fail(EXIT_BAD_CONFIG, str(err))
         return EXIT_OK
-    from mmrl_trainer import attempt_log
-
-    attempt_log.start(cfg.checkpoint.dir, args.attempt)  # <jobDir>/logs/attempt-N.log: outlives this attempt's pods
     try:
         if cfg.backend == "local":
             from mmrl_trainer.backends import local
