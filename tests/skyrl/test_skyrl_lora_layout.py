@@ -84,8 +84,9 @@ def test_skyrl_saved_lora_adapter_passes_our_rules_and_is_exported(tmp_path: Pat
     raw = check_adapter_dir(written, base_model=str(model_dir))  # SkyRL's own files, as it wrote them
     assert (raw.rank, raw.alpha, sorted(raw.target_modules)) == (cfg.lora.rank, cfg.lora.alpha, saved["targets"])
 
-    exported, served_at = export_final_adapter(cfg)
+    exported, served_at, step = export_final_adapter(cfg)
     assert exported == tmp_path / "adapter" and served_at == str(exported)
+    assert step == 3  # the step SkyRL saved at: reported as the adapter's lineage
     info = check_adapter_dir(exported, base_model=cfg.model.name)
     assert info.rank == cfg.lora.rank and info.max_lora_rank == adapter_rules.smallest_max_lora_rank(cfg.lora.rank)
     assert json.loads((exported / "adapter_config.json").read_text())["base_model_name_or_path"] == cfg.model.name

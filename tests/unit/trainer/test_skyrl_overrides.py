@@ -284,7 +284,8 @@ def test_final_adapter_is_exported_from_the_newest_complete_skyrl_step(tmp_path:
         )
     (tmp_path / "latest_ckpt_global_step.txt").write_text("10")
     exported = export_final_adapter(cfg)
-    assert exported == (tmp_path / "adapter", str(tmp_path / "adapter"))
+    # The step it came from goes into status.adapter.lineage.checkpointStep.
+    assert exported == (tmp_path / "adapter", str(tmp_path / "adapter"), 10)
     exported_cfg = json.loads((exported.local / "adapter_config.json").read_text())
     assert exported_cfg["r"] == 32
     assert exported_cfg["base_model_name_or_path"] == cfg.model.name  # what the trainer trained, not a resolved path
