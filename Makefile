@@ -24,8 +24,14 @@ SKYRL_KEY := $(shell grep -v '^ *\#' requirements-skyrl.lock 2>/dev/null | sha25
 SKYRL_VENV := $(MMRL_CACHE)/skyrl-venv-$(SKYRL_KEY)
 SKYRL_STAMP := $(SKYRL_VENV)/.mmrl-ready
 export MMRL_SKYRL_PYTHON ?= $(SKYRL_VENV)/bin/python
+# The MLflow tracking server the tracking tests start, keyed by requirements-mlflow.lock (see requirements-mlflow.in:
+# the server pins a pyarrow below the main lock's). Tests find it through MMRL_MLFLOW_PYTHON.
+MLFLOW_KEY := $(shell grep -v '^ *\#' requirements-mlflow.lock 2>/dev/null | sha256sum | cut -c1-12)
+MLFLOW_VENV := $(MMRL_CACHE)/mlflow-venv-$(MLFLOW_KEY)
+MLFLOW_STAMP := $(MLFLOW_VENV)/.mmrl-ready
+export MMRL_MLFLOW_PYTHON ?= $(MLFLOW_VENV)/bin/python
 
-.PHONY: help setup lock lock-skyrl skyrl-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
+.PHONY: help setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -60,6 +66,16 @@ $(SKYRL_STAMP): | $(STAMP)
 skyrl-venv: $(SKYRL_STAMP) ## create/reuse the cached SkyRL venv the SkyRL tests run in (prints its python)
 	@echo $(MMRL_SKYRL_PYTHON)
 
+$(MLFLOW_STAMP): | $(STAMP)
+	@echo ">> creating $(MLFLOW_VENV)"
+	$(VENV)/bin/uv venv --quiet --clear --python $(PYTHON) $(MLFLOW_VENV)
+	$(VENV)/bin/uv pip install --python $(MLFLOW_VENV)/bin/python --quiet -r requirements-mlflow.lock
+	$(MLFLOW_VENV)/bin/python -c 'import mlflow.server'
+	touch $@
+
+mlflow-venv: $(MLFLOW_STAMP) ## create/reuse the cached venv of the MLflow tracking server the tests start
+	@echo $(MMRL_MLFLOW_PYTHON)
+
 lock: ## re-resolve requirements.lock from pyproject.toml
 	$(PYTHON) -m pip install --quiet --user 'uv>=0.5' 2>/dev/null || true
 	$(PYTHON) -m uv pip compile pyproject.toml --extra operator --extra trainer --extra dev \
@@ -70,6 +86,10 @@ lock-skyrl: setup ## re-resolve requirements-skyrl.lock from requirements-skyrl.
 		-o requirements-skyrl.lock
 	printf '%s\n' '# Not resolved: installed --no-deps with everything above (their own deps are vLLM, flash-attn, CUDA).' \
 		skyrl==0.3.0 skyrl-gym==0.4.0 >> requirements-skyrl.lock
+
+lock-mlflow: setup ## re-resolve requirements-mlflow.lock (the tests' MLflow tracking server) from requirements-mlflow.in
+	$(VENV)/bin/uv pip compile requirements-mlflow.in --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		-o requirements-mlflow.lock
 
 bins: setup ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
 	$(VPY) -m mmrl_local build
@@ -100,16 +120,16 @@ fmt: setup
 PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests for '$(1)' - failing" >&2; exit 1; fi; exit $$rc
 
-test: setup skyrl-venv bins crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
+test: setup skyrl-venv mlflow-venv bins crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
 	$(call PYTEST,tests)
 
-test-unit: setup skyrl-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
+test-unit: setup skyrl-venv mlflow-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
 	$(call PYTEST,tests/unit)
 
 test-cluster: setup bins ## real-apiserver tests only (tests/cluster)
 	$(call PYTEST,tests/cluster)
 
-test-trainer: setup skyrl-venv
+test-trainer: setup skyrl-venv mlflow-venv
 	$(call PYTEST,tests/trainer)
 
 up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in in the background

@@ -70,13 +70,14 @@ RUN --mount=type=bind,from=skyrl-src,target=/tmp/skyrl,rw \
 # (SkyRL's lock has pydantic 2.13.4, mmrl asks for >=2.14). mmrl's `trainer` extra is not installed: its floors
 # (torch, transformers, peft, trl, ray) are the local CPU backend's and conflict with SkyRL's pins; the skyrl
 # backend needs what SkyRL brings plus the Kubernetes client for progress reports. kubernetes 36.0.3 is the newest
-# release that fits SkyRL's aiohttp==3.14.1 (37.x needs aiohttp>=3.14.5).
+# release that fits SkyRL's aiohttp==3.14.1 (37.x needs aiohttp>=3.14.5). The tracking sinks (mmrl_trainer/tracking):
+# tensorboard and wandb come with SkyRL's skyrl-train extra and stay at its pins; mlflow-skinny is MLflow's client.
 RUN --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
     /home/ray/.local/bin/uv pip freeze --python "$VIRTUAL_ENV/bin/python" \
         | grep -viE '^(pydantic|pydantic-core|pyyaml|typing-extensions|typing-inspection|annotated-types)(==| @ )' \
         | grep -v ' @ file://' > /tmp/skyrl-pins.txt \
     && /home/ray/.local/bin/uv pip install --python "$VIRTUAL_ENV/bin/python" --constraint /tmp/skyrl-pins.txt \
-        "pydantic>=2.14" "pyyaml>=6.0.2" kubernetes==36.0.3 \
+        "pydantic>=2.14" "pyyaml>=6.0.2" kubernetes==36.0.3 tensorboard wandb mlflow-skinny \
     && rm /tmp/skyrl-pins.txt
 
 # Exactly two packages: the shared API (models, constants, the trainer contract and config, the adapter rules)
@@ -84,6 +85,7 @@ RUN --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
 ENV PYTHONPATH=/opt/mmrl
 COPY --chown=1000:100 api/mmrl_api/ /opt/mmrl/mmrl_api/
 COPY --chown=1000:100 trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/
-RUN python -c "import mmrl_trainer.backends.skyrl, mmrl_trainer.backends.skyrl_env, mmrl_trainer.progress; \
+RUN python -c "import mmrl_trainer.backends.skyrl, mmrl_trainer.backends.skyrl_env, mmrl_trainer.progress, \
+mmrl_trainer.tracking, torch.utils.tensorboard, wandb, mlflow.tracking; \
 from importlib.metadata import version; \
 print('mmrl trainer image:', {p: version(p) for p in ('skyrl', 'torch', 'vllm', 'ray', 'pydantic', 'kubernetes')})"

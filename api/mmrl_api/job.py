@@ -20,6 +20,7 @@ from mmrl_api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_api.status import JobStatus
+from mmrl_api.tracking import TrackingSpec
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -73,6 +74,9 @@ class JobSpec(ApiModel):
     checkpoint: CheckpointSpec = Field(json_schema_extra=immutable("checkpoint"))
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    """Experiment tracking: TensorBoard files in the job directory always, MLflow and W&B when set. A change
+    applies from the next attempt on, which logs into the same runs."""
     preflight: bool = False
     """Before the first attempt, run the trainer image's self-test (`python -m mmrl_trainer selftest`: a few GRPO
     steps of a tiny model with checkpoint, resume, export and the adapter check) on this job's own RayCluster, as

@@ -194,6 +194,25 @@ class InferenceStatus(StatusModel):
     """The served name of the base model (the adapter's parent in /v1/models)."""
 
 
+class TrackingRun(StatusModel):
+    """One sink's run of this job: every attempt logs to it."""
+
+    run_id: str = Field(max_length=256)
+    url: str | None = Field(default=None, max_length=1024)
+    """Where to look at it; absent where the client knows none (a W&B offline run)."""
+    experiment_id: str | None = Field(default=None, max_length=256)
+    """MLflow only: the experiment the run belongs to."""
+
+
+class TrackingStatus(StatusModel):
+    """Where the job's training curves are, reported by the trainer when an attempt starts."""
+
+    tensorboard: str | None = Field(default=None, max_length=PATH_MAX)
+    """The TensorBoard log directory (`tensorboard --logdir` it, or `mmrl plot` the job)."""
+    mlflow: TrackingRun | None = None
+    wandb: TrackingRun | None = None
+
+
 MAX_AVOIDED_NODES = 8
 
 
@@ -246,6 +265,7 @@ class JobStatus(StatusModel):
     """The preflight's outcome (`spec.preflight`); absent when the job has none."""
     checkpoint_footprint: CheckpointFootprint | None = None
     """Expected peak checkpoint storage; absent when the model's size is unknown."""
+    tracking: TrackingStatus | None = None
     adapter: AdapterStatus | None = None
     inference: InferenceStatus | None = None
     message: str | None = Field(default=None, max_length=MESSAGE_MAX)

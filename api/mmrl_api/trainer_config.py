@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec
+from mmrl_api.tracking import TrackingSpec
 
 CONFIG_VERSION = 1
 log = logging.getLogger("mmrl_api.trainer_config")
@@ -77,6 +78,8 @@ class TrainerConfig(_Strict):
     """Final PEFT adapter (adapter_config.json + adapter_model.safetensors), normally `<checkpoint.dir>/adapter`."""
     placement: Placement = Field(default_factory=Placement)
     progress: ProgressConfig = Field(default_factory=ProgressConfig)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    """The job's sinks (spec.tracking); credentials come as environment variables, never through this file."""
     seed: int = 0
 
     def to_json(self) -> str:

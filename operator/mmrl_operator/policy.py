@@ -15,7 +15,7 @@ from mmrl_api import constants as c
 from mmrl_api.status import JobStatus
 from mmrl_operator.names import TRAINER_SA_SUFFIX
 
-TRAINER_STATUS_FIELDS = ("progress", "adapter")
+TRAINER_STATUS_FIELDS = ("progress", "adapter", "tracking")
 POLICY_NAME = "mmrl-trainer-status-fields"
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 

@@ -18,11 +18,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmrl_api.constants import GROUP, PLURAL, VERSION
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from mmrl_trainer.tracking import Tracker
 
 log = logging.getLogger("mmrl_trainer.progress")
 Patcher = Callable[[dict[str, Any]], None]
@@ -149,6 +152,8 @@ class ProgressReporter:
         self.truncated_fraction: float | None = None
         self.episodes: dict[str, float] | None = None
         self.attempt = attempt
+        self.config: TrainerConfig | None = None  # set by from_config: the tracking sinks open at `started`
+        self.tracker: Tracker | None = None
 
     @classmethod
     def from_config(cls, cfg: TrainerConfig, attempt: int | None = None) -> ProgressReporter:
@@ -156,14 +161,31 @@ class ProgressReporter:
         if metrics is None and not cfg.checkpoint.dir.startswith("s3://"):
             metrics = str(Path(cfg.checkpoint.dir) / "metrics.jsonl")
         patcher = kube_patcher(cfg.job.namespace, cfg.job.name) if cfg.progress.enabled else None
-        return cls(metrics, patcher, min_interval=cfg.progress.min_interval_seconds, attempt=attempt)
+        reporter = cls(metrics, patcher, min_interval=cfg.progress.min_interval_seconds, attempt=attempt)
+        reporter.config = cfg
+        return reporter
 
     def started(self, resumed: Checkpoint | None) -> bool:
         """Announce the attempt and the checkpoint it resumes from (None: a fresh start). No heartbeat."""
         self.checkpoint = resumed
         record = {"event": "started", "resumed_from_step": resumed.step if resumed else None}
         self._append({"step": resumed.step if resumed else 0, "time": now_rfc3339(), "attempt": self.attempt, **record})
-        return self._send(started_body(self.attempt or 1, resumed))
+        sent = self._send(started_body(self.attempt or 1, resumed))
+        if self.config is not None and self.tracker is None:
+            from mmrl_trainer.tracking import Tracker
+
+            self.tracker = Tracker.open(
+                self.config, attempt=self.attempt or 1, resumed_step=resumed.step if resumed else None
+            )
+            if self.tracker is not None:
+                self._send({"status": {"tracking": self.tracker.status()}})
+        return sent
+
+    def finish(self, ok: bool = True) -> None:
+        """The attempt's end: deliver what the tracking sinks still hold and close their runs (finished when ok)."""
+        if self.tracker is not None:
+            self.tracker.close(ok)
+            self.tracker = None
 
     def report(
         self,
@@ -173,8 +195,11 @@ class ProgressReporter:
         *,
         checkpoint: Checkpoint | None = None,
         force: bool = False,
+        extra: dict[str, Any] | None = None,
+        extra_prefix: str = "",
     ) -> bool:
-        """Record a step; returns True when a status patch was sent (and accepted)."""
+        """Record a step; returns True when a status patch was sent (and accepted). `extra` goes to the tracking
+        sinks only, under `extra_prefix` (SkyRL's own metric names)."""
         if checkpoint is not None:
             self.checkpoint = checkpoint
         if metrics.get("reward") is not None:
@@ -184,6 +209,10 @@ class ProgressReporter:
         if (episodes := episode_stats(metrics)) is not None:
             self.episodes = episodes
         heartbeat = now_rfc3339()
+        if self.tracker is not None:
+            self.tracker.log(step, metrics)
+            if extra:
+                self.tracker.log(step, extra, prefix=extra_prefix)
         self._append({"step": step, "totalSteps": total_steps, "time": heartbeat, "attempt": self.attempt, **metrics})
         if self.patcher is None:
             return False
@@ -212,7 +241,10 @@ class ProgressReporter:
         return False
 
     def record(self, step: int, metrics: dict[str, Any]) -> None:
-        """Append to the metrics file only (no status patch, no heartbeat): e.g. an evaluation before training."""
+        """Append to the metrics file and the tracking sinks only (no status patch, no heartbeat): e.g. an evaluation
+        before training."""
+        if self.tracker is not None:
+            self.tracker.log(step, metrics)
         self._append({"step": step, "time": now_rfc3339(), "attempt": self.attempt, **metrics})
 
     def _send(self, body: dict[str, Any]) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob, WorkerGroup
 from mmrl_api import constants as c
 from mmrl_api.contract import ATTEMPT_LOG_CONTAINER, ATTEMPT_LOG_DIR, attempt_log_argv
+from mmrl_api.tracking import secret_env
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.efa import efa_env
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
@@ -55,7 +56,18 @@ def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
-    return fixed + [e.wire() for e in job.spec.trainer.env]
+    return fixed + [e.wire() for e in job.spec.trainer.env] + _tracking_env(job)
+
+
+def _tracking_env(job: MultimodalRLJob) -> list[dict[str, Any]]:
+    """spec.tracking's credentials, as the variables MLflow's and W&B's clients read; a variable the user set in
+    trainer.env wins."""
+    taken = _user_env(job)
+    return [
+        {"name": var, "valueFrom": {"secretKeyRef": ref}}
+        for var, ref in sorted(secret_env(job.spec.tracking).items())
+        if var not in taken
+    ]
 
 
 def _user_env(job: MultimodalRLJob) -> set[str]:

@@ -38,6 +38,7 @@ def build_trainer_config(job: MultimodalRLJob) -> TrainerConfig:
         resume="latest",
         export_dir=f"{directory}/adapter",
         placement=Placement(num_nodes=sum(g.replicas for g in groups), gpus_per_node=groups[0].gpus_per_node),
+        tracking=spec.tracking,
     )
 
 

@@ -40,7 +40,13 @@ def test_check_fails_on_drift(tmp_path) -> None:
 
 
 def test_crd_is_small_enough_for_client_side_apply_and_argocd() -> None:
-    assert len(crd.render().encode()) < 100_000
+    # Client-side apply (kubectl apply, Argo CD without ServerSideApply) stores the object as compact JSON in the
+    # last-applied-configuration annotation, and all annotations together may hold 262144 bytes (docs/argocd.md).
+    # Half of that is the budget, so the API can still grow without a switch to server-side apply.
+    import json
+
+    applied = json.dumps(yaml.safe_load(crd.render()), separators=(",", ":"))
+    assert len(applied.encode()) < 262_144 // 2
 
 
 def test_schema_is_structural() -> None:

@@ -79,3 +79,35 @@ def test_an_inline_credential_is_refused_without_repeating_its_value(value: str)
         parse_job(doc)
     assert "spec.trainer.env[0].value" in str(caught.value) and "secretKeyRef" in str(caught.value)
     assert value not in str(caught.value)
+
+
+TRACKING = {
+    "mlflow": {"trackingUri": "http://mlflow.mlflow.svc:5000", "credentialsSecret": "mlflow-auth"},
+    "wandb": {"project": "vlm-rl", "apiKeySecretRef": {"name": "wandb", "key": "api-key"}},
+}
+
+
+def test_tracking_credentials_reach_every_ray_container_by_secret_key_ref_and_never_the_config_map() -> None:
+    j = job({"spec": {"tracking": TRACKING}})
+    cluster = build_raycluster(j)
+    templates = [cluster["spec"]["headGroupSpec"]["template"]] + [
+        g["template"] for g in cluster["spec"]["workerGroupSpecs"]
+    ]
+    for template in templates:
+        env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+        for var in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+            ref = {"name": "mlflow-auth", "key": var, "optional": True}
+            assert env[var] == {"name": var, "valueFrom": {"secretKeyRef": ref}}
+        assert env["WANDB_API_KEY"] == {
+            "name": "WANDB_API_KEY",
+            "valueFrom": {"secretKeyRef": TRACKING["wandb"]["apiKeySecretRef"]},
+        }
+    config = json.loads(build_config_map(j)["data"]["trainer.json"])
+    assert config["tracking"]["mlflow"] == {**TRACKING["mlflow"], "experiment": None}  # the Secret's name only
+    assert config["tracking"]["wandb"]["project"] == "vlm-rl"
+
+
+def test_a_tracking_variable_the_user_set_in_trainer_env_wins() -> None:
+    j = job({"spec": {"tracking": TRACKING, "trainer": {"env": ENV}}})
+    env = build_raycluster(j)["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] == "WANDB_API_KEY"] == [ENV[1]]

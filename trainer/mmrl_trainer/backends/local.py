@@ -280,5 +280,6 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     reward = evaluator(policy, None) if held_out else None
     summary = {"event": "finished", "held_out_reward": reward}
     reporter.report(final_step, n_steps, summary, checkpoint=reporter.checkpoint, force=True)
+    reporter.finish()
     shutil.rmtree(staging, ignore_errors=True)
     return LocalResult(final_step, resume.step if resume else None, info.path, reward)

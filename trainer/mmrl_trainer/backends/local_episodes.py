@@ -264,4 +264,5 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     scores = evaluator(model, None) if held_out else {}
     summary = {"event": "finished", "held_out_reward": scores.get("eval_reward"), **scores}
     reporter.report(final_step, n_steps, summary, checkpoint=reporter.checkpoint, force=True)
+    reporter.finish()
     return LocalResult(final_step, resume.step if resume else None, info.path, scores.get("eval_reward"))

@@ -123,7 +123,15 @@ class SkyRLProgress:
         except Exception as err:  # reporting must never stop training
             log.warning("progress report failed (training continues): %s", err)
 
-    def report(self, step: int, total_steps: int | None, metrics: dict[str, Any], *, force: bool = False) -> bool:
+    def report(
+        self,
+        step: int,
+        total_steps: int | None,
+        metrics: dict[str, Any],
+        *,
+        force: bool = False,
+        extra: dict[str, Any] | None = None,
+    ) -> bool:
         """One report at `step`; a checkpoint completed since the last report is attached and forces the patch."""
         try:
             newest = self.newest_checkpoint()
@@ -137,6 +145,8 @@ class SkyRLProgress:
                 metrics,
                 checkpoint=newest if changed else None,
                 force=force or changed,
+                extra=extra,
+                extra_prefix="skyrl/",
             )
         except Exception as err:  # reporting must never stop training
             log.warning("progress report failed at step %d (training continues): %s", step, err)
@@ -147,13 +157,17 @@ class SkyRLProgress:
         self.report(step, total_steps, {"event": "training"}, force=True)
 
     def on_log(self, step: int, total_steps: int | None, logs: Mapping[str, Any] | None) -> None:
-        self.report(step, total_steps, step_metrics(logs))
+        self.report(step, total_steps, step_metrics(logs), extra=dict(logs or {}))
 
     def on_save(self, step: int, total_steps: int | None) -> None:
         self.report(step, total_steps, {"event": "checkpoint"}, force=True)
 
     def on_train_end(self, step: int, total_steps: int | None) -> None:
         self.report(step, total_steps, {"event": "finished"}, force=True)
+        try:
+            self.reporter.finish()
+        except Exception as err:  # tracking must never stop training
+            log.warning("closing the tracking runs failed: %s", err)
 
 
 def training_callback(progress: SkyRLProgress) -> Any:
