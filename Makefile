@@ -78,7 +78,7 @@ mlflow-venv: $(MLFLOW_STAMP) ## create/reuse the cached venv of the MLflow track
 
 lock: ## re-resolve requirements.lock from pyproject.toml
 	$(PYTHON) -m pip install --quiet --user 'uv>=0.5' 2>/dev/null || true
-	$(PYTHON) -m uv pip compile pyproject.toml --extra operator --extra trainer --extra dev \
+	$(PYTHON) -m uv pip compile pyproject.toml --extra operator --extra trainer --extra plot --extra dev \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 -o requirements.lock
 
 lock-skyrl: setup ## re-resolve requirements-skyrl.lock from requirements-skyrl.in (+ skyrl, skyrl-gym without deps)

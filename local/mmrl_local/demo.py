@@ -38,9 +38,10 @@ from kubernetes.client.exceptions import ApiException
 
 from mmrl_api import constants as c
 from mmrl_local import nodes, storage
-from mmrl_local.plot import line_chart
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.logs_cli import NoHeadPod, read_logs
+from mmrl_operator.plot_cli import plot as plot_curves
+from mmrl_operator.status_cli import tracking_lines
 from mmrl_trainer import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,6 +65,9 @@ class Summary:
     adapter_pod_dir: str
     plot: Path | None
     wall_seconds: float
+    plot_source: str = ""
+    tracking: dict[str, Any] = field(default_factory=dict)
+    """status.tracking: the TensorBoard directory and the runs."""
     fault: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     served: dict[str, Any] = field(default_factory=dict)
@@ -100,8 +104,10 @@ class Summary:
             lines.append(f"  mmrl logs {self.name} --attempt {n}: {len(logged)} lines, the last:")
             lines += [f"    {line[:160]}" for line in logged[-3:]]
         lines.append(f"  adapter: {self.adapter_pod_dir} on the claim = {self.adapter_host_dir}")
+        for line in tracking_lines(self.tracking):
+            lines.append(f"  tracking {line.strip()}")
         if self.plot:
-            lines.append(f"  reward curve: {self.plot}")
+            lines.append(f"  reward curve (mmrl plot {self.name}): {self.plot} from {self.plot_source}")
         if self.served:
             sv = self.served
             lines.append(
@@ -293,18 +299,13 @@ class Demo:
         held_out = [(r["step"], r["eval_reward"]) for r in records if r.get("eval_reward") is not None]
         final = [r for r in records if r.get("event") == "finished" and r.get("held_out_reward") is not None]
         last = final[-1]["held_out_reward"] if final else (held_out[-1][1] if held_out else None)
-        train = [(r["step"], r["reward"]) for r in records if r.get("reward") is not None]
-        plot = None
-        if train:
-            fault_step = resumed if self.fault else None
-            plot = line_chart(
-                {"training reward": train, "held-out reward": held_out},
-                self.out_dir / "reward-curve.png",
-                title=f"{self.name}: GRPO + LoRA on the tiny Qwen3-VL",
-                x_label="step",
-                y_label="reward",
-                markers=[(fault_step, "node replaced; resumed here")] if fault_step is not None else [],
-            )
+        # `mmrl plot NAME --dir <the job directory on the claim>`: the curve from the TensorBoard files.
+        on_claim = self.host_dir(st["jobDir"]) if st.get("jobDir") else None
+        try:
+            plot, curves = plot_curves(job, self.out_dir / "reward-curve.png", on_claim)
+            plot_source = f"{curves.source}; attempts {[a for a, _, _ in curves.attempt_starts()]}"
+        except LookupError as exc:
+            plot, plot_source = None, str(exc)
         pod_adapter = f"{st.get('jobDir', '')}/adapter"
         gate = next((c for c in st.get("conditions") or [] if c.get("type") == "Promoted"), None)
         return Summary(
@@ -318,6 +319,8 @@ class Demo:
             adapter_host_dir=self.host_dir(pod_adapter) if st.get("jobDir") else Path(),
             adapter_pod_dir=pod_adapter,
             plot=plot,
+            plot_source=plot_source,
+            tracking=st.get("tracking") or {},
             wall_seconds=time.monotonic() - self.started,
             fault=self.fault,
             timings=dict(self.timings),

@@ -79,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     lg.add_argument("--attempt", type=int, default=None, help="only this attempt, as the trainer wrote it")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     lg.add_argument("-n", "--namespace", default=None)
+    pl = sub.add_parser("plot", help="draw a job's reward curve (training and held-out) from its tracking data")
+    pl.add_argument("name")
+    pl.add_argument("-o", "--output", default="reward.png", help="the PNG to write (default: reward.png)")
+    pl.add_argument("--dir", default=None, help="read the TensorBoard files of this job directory (a mounted volume)")
+    pl.add_argument("-n", "--namespace", default=None)
     ch = sub.add_parser("chat", help="ask a serving job's adapter one question (through its Service)")
     ch.add_argument("name")
     ch.add_argument("question")
@@ -108,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mmrl_operator.logs_cli import show_logs
 
         return show_logs(args.name, args.namespace, args.attempt, args.follow)
+    if args.command == "plot":
+        from mmrl_operator.plot_cli import plot_job
+
+        return plot_job(args.name, args.namespace, Path(args.output), Path(args.dir) if args.dir else None)
     if args.command == "chat":
         from mmrl_operator.chat_cli import main as chat
 

@@ -31,6 +31,7 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
             f"  held-out reward: adapter {evaluation.get('heldOutReward', '-')} (step {evaluation.get('step', '?')}),"
             f" base model {evaluation.get('baselineReward', '-')}{verdict}"
         )
+    lines.extend(tracking_lines(st.get("tracking") or {}))
     ckpt = prog.get("lastCheckpoint")
     if ckpt:
         lines.append(f"  last checkpoint: step {ckpt['step']} at {ckpt['path']}")
@@ -67,6 +68,18 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
     for e in events[-10:]:
         lines.append(f"    {e.get('type', ''):<8} {e.get('reason', ''):<22} {e.get('message', '')}")
     return "\n".join(lines)
+
+
+def tracking_lines(tracking: dict[str, Any]) -> list[str]:
+    """Where the training curves are: the TensorBoard directory and each run (its URL, or its id offline)."""
+    lines = []
+    if tracking.get("tensorboard"):
+        lines.append(f"  tensorboard: {tracking['tensorboard']}")
+    for sink in ("mlflow", "wandb"):
+        run = tracking.get(sink)
+        if run:
+            lines.append(f"  {sink}: {run.get('url') or 'run ' + run.get('runId', '?') + ' (offline)'}")
+    return lines
 
 
 def current_namespace() -> str:

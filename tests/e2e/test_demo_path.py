@@ -19,6 +19,7 @@ from mmrl_local import build, podnet
 from mmrl_local.demo import Demo
 from mmrl_operator.chat_cli import ask
 from mmrl_operator.logs_cli import read_logs
+from mmrl_operator.plot_cli import from_tensorboard
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.operator import Jobs
@@ -87,7 +88,16 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     assert list(read_logs(api_client, namespace, d.name, 2)) == second
     adapter = check_adapter_dir(summary.adapter_host_dir)
     assert adapter.rank == 8 and adapter.base_model == "/ckpt/models/tiny-qwen3-vl"  # the path every pod mounts
+    # Tracking: TensorBoard files on the job's volume, one run continued by attempt 2 from its checkpoint, and
+    # `mmrl plot` drew the curve from them with attempt 2's start marked.
+    assert status["tracking"]["tensorboard"] == f"{status['jobDir']}/tracking/tensorboard"
     assert summary.plot is not None and summary.plot.stat().st_size > 0
+    assert "TensorBoard files" in summary.plot_source and "attempts [1, 2]" in summary.plot_source
+    curves = from_tensorboard(d.host_dir(status["tracking"]["tensorboard"]))
+    assert curves.markers() == [
+        (float(summary.resumed_from_step), f"attempt 2: resumed from step {summary.resumed_from_step}")
+    ]
+    assert [s for s, _ in curves.series("reward")] == list(range(1, 13))
     events = Jobs(api_client, namespace).events(d.name)
     assert events.count("AttemptStarted") == 2 and "NodeFault" in events and "Succeeded" in events
 

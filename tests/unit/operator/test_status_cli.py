@@ -68,3 +68,18 @@ def test_the_adapters_evaluation_and_the_gates_verdict_are_shown() -> None:
     }
     text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": status}, [])
     assert "held-out reward: adapter 0.62 (step 30), base model 0.31  promoted: False" in text
+
+
+def test_the_tracking_runs_survive_the_operators_passes_and_are_shown() -> None:
+    tracking = {
+        "tensorboard": "/mnt/checkpoints/team/geo-0f1e2d3c/tracking/tensorboard",
+        "mlflow": {"runId": "abc", "experimentId": "3", "url": "http://mlflow:5000/#/experiments/3/runs/abc"},
+        "wandb": {"runId": "team-geo-0f1e2d3c"},
+    }
+    j = job(status={"phase": "Running", "attempt": 1, "tracking": tracking})
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))
+    assert j.status.wire()["tracking"] == tracking  # the trainer's field: the operator never rewrites it
+    text = render_status({"metadata": {"name": "geo", "namespace": "team"}, "status": j.status.wire()}, [])
+    assert "tensorboard: /mnt/checkpoints/team/geo-0f1e2d3c/tracking/tensorboard" in text
+    assert "mlflow: http://mlflow:5000/#/experiments/3/runs/abc" in text
+    assert "wandb: run team-geo-0f1e2d3c (offline)" in text

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mmrl_api.trainer_config import TrainerConfig
+from mmrl_operator.plot_cli import from_mlflow, from_tensorboard
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
 from mmrl_trainer.tracking import scalars
@@ -95,6 +96,14 @@ def test_two_attempts_log_into_one_run_in_every_sink(tmp_path: Path) -> None:
         assert series("kl") == [(s, round(0.01 * s, 6)) for s in (1, 2, 3, 3, 4, 4, 5)]
         assert {v for _, v in series("step_time")} == {1.5}
         assert series("attempt") == [(0, 1.0), (2, 2.0)] and series("eval_reward") == [(0, 0.25)]
+
+        # `mmrl plot` reads the same curve from MLflow (newest value per step) as from TensorBoard (purged).
+        from_server = from_mlflow(url, run.info.run_id)
+    from_files = from_tensorboard(job_dir / "tracking" / "tensorboard")
+    expected = [(1, 1.1), (2, 1.2), (3, 2.3), (4, 2.4), (5, 2.5)]
+    assert [(s, round(v, 5)) for s, v in from_server.series("reward")] == expected
+    assert [(s, round(v, 5)) for s, v in from_files.series("reward")] == expected  # float32 in TensorBoard
+    assert from_server.markers() == from_files.markers() == [(2.0, "attempt 2: resumed from step 2")]
 
     # TensorBoard: the resumed attempt purged what the first logged after its checkpoint.
     scalars_tb = tensorboard_scalars(job_dir / "tracking" / "tensorboard")

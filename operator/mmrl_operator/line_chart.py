@@ -1,4 +1,4 @@
-"""A small line chart as PNG with Pillow only (the trainer already depends on it): the demo's reward curve."""
+"""A small line chart as PNG with Pillow only: the reward curve of `mmrl plot` and the demo."""
 
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ def line_chart(
         x = x0 + (x1 - x0) * i / 5
         fx, _ = px(x, y0)
         draw.text((fx - 8, H - BOTTOM + 6), f"{x:.0f}", fill="black")
-    for x, label in markers:
+    for i, (x, label) in enumerate(markers):
         fx, _ = px(x, y0)
         draw.line([fx, TOP, fx, H - BOTTOM], fill=(200, 0, 0), width=2)
-        draw.text((fx + 4, TOP + 4), label, fill=(200, 0, 0))
+        draw.text((fx + 4, TOP + 4 + 14 * i), label, fill=(200, 0, 0))  # stacked: attempts may start at one step
     for (_name, points), colour in zip(series.items(), COLOURS * 4, strict=False):
         coords = [px(x, y) for x, y in sorted(points)]
         if len(coords) > 1:
