@@ -277,6 +277,23 @@ print(json.dumps({k: trainer.all_metrics[k] for k in (TRUNCATED_KEY, "generate/a
 )
 
 
+# The trainer our experiment builds, reporting into the TensorBoard sink: SkyRL's own logs reach it, mapped and raw.
+_TRACKED = (
+    _BUILD
+    + r"""
+from mmrl_trainer.tracking import Tracker
+from mmrl_trainer.tracking.sinks import TensorBoardSink
+progress.reporter.tracker = Tracker([TensorBoardSink(Path(sys.argv[5]), purge_step=None)])
+trainer._fire("on_train_start")
+for step in (1, 2):
+    trainer.global_step = step
+    trainer._fire("on_log", logs=payload(step))
+trainer._fire("on_train_end")
+print(json.dumps({"open": progress.reporter.tracker is not None}))
+"""
+)
+
+
 def run_in_skyrl(script: str, *args: str, stdin: str = "") -> Any:
     return last_json(run_skyrl(_PRELUDE + script, *args, stdin=stdin))
 
@@ -368,3 +385,17 @@ def test_skyrls_episode_metrics_reach_the_status_as_episodes(tmp_path: Path) -> 
     progress.on_log(1, 6, logs)
     progress.on_train_end(1, 6)
     assert progress_of(patches[-1])["episodes"] == {"successRate": 0.3333, "turns": 4.3333, "tokens": 12.0}
+
+
+def test_skyrl_trainer_logs_reach_the_tracking_sinks_under_both_names(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    overrides, *args = trainer_inputs(tmp_path)
+    out = run_in_skyrl(_TRACKED, *args, str(tmp_path), stdin=overrides)
+    assert out == {"open": False}  # on_train_end closed the runs
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    values = {t: [(e.step, round(e.value, 5)) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
+    assert values["reward"] == [(1, 0.1), (2, 0.2)] and values["step_time"] == [(1, 2.0), (2, 2.0)]
+    assert values["skyrl/reward/avg_raw_reward"] == values["reward"]
+    assert values["skyrl/trainer/global_step"] == [(1, 1.0), (2, 2.0)]
