@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,6 +10,14 @@ Series = Sequence[tuple[float, float]]
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 720, 420, 60, 20, 40, 50
 COLOURS = [(70, 110, 200), (220, 90, 40), (60, 160, 90)]
+
+
+def nice_step(raw: float) -> float:
+    """The smallest of 1, 2 or 5 times a power of ten that is at least `raw` (whole steps on a step axis)."""
+    if raw <= 1:
+        return 1.0
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
 def line_chart(
@@ -41,10 +50,12 @@ def line_chart(
         _, fy = px(x0, y)
         draw.line([LEFT, fy, W - RIGHT, fy], fill=(230, 230, 230))
         draw.text((8, fy - 6), f"{y:.1f}", fill="black")
-    for i in range(6):
-        x = x0 + (x1 - x0) * i / 5
+    tick = nice_step((x1 - x0) / 6)
+    x = math.ceil(x0 / tick) * tick
+    while x <= x1:
         fx, _ = px(x, y0)
-        draw.text((fx - 8, H - BOTTOM + 6), f"{x:.0f}", fill="black")
+        draw.text((fx - 8, H - BOTTOM + 6), f"{x:g}", fill="black")
+        x += tick
     for i, (x, label) in enumerate(markers):
         fx, _ = px(x, y0)
         draw.line([fx, TOP, fx, H - BOTTOM], fill=(200, 0, 0), width=2)
@@ -57,10 +68,10 @@ def line_chart(
             draw.ellipse([cx - 3, cy - 3, cx + 3, cy + 3], fill=colour)
     legend_x = LEFT + 10
     for (name, _), colour in zip(series.items(), COLOURS * 4, strict=False):
-        draw.rectangle([legend_x, TOP - 24, legend_x + 12, TOP - 12], fill=colour)
-        draw.text((legend_x + 16, TOP - 25), name, fill="black")
+        draw.rectangle([legend_x, TOP - 18, legend_x + 12, TOP - 6], fill=colour)
+        draw.text((legend_x + 16, TOP - 19), name, fill="black")
         legend_x += 20 + 7 * len(name)
-    draw.text((W // 2 - 4 * len(title), 6), title, fill="black")
+    draw.text((W // 2 - 3 * len(title), 3), title, fill="black")
     draw.text((W // 2 - 3 * len(x_label), H - 20), x_label, fill="black")
     draw.text((4, TOP - 25 - 12), y_label, fill="black")
     out.parent.mkdir(parents=True, exist_ok=True)
