@@ -68,6 +68,8 @@ class Summary:
     plot_source: str = ""
     tracking: dict[str, Any] = field(default_factory=dict)
     """status.tracking: the TensorBoard directory and the runs."""
+    mlflow: dict[str, Any] = field(default_factory=dict)
+    """The job's MLflow run, read back from the server: reward steps and points, attempts, markers."""
     fault: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     served: dict[str, Any] = field(default_factory=dict)
@@ -106,6 +108,12 @@ class Summary:
         lines.append(f"  adapter: {self.adapter_pod_dir} on the claim = {self.adapter_host_dir}")
         for line in tracking_lines(self.tracking):
             lines.append(f"  tracking {line.strip()}")
+        if self.mlflow:
+            ml = self.mlflow
+            lines.append(
+                f"  MLflow run {ml['run_id']}: reward at steps {ml['reward_steps'][0]}..{ml['reward_steps'][-1]} "
+                f"({ml['reward_points']} points: attempt 1's lost steps too), attempts {ml['attempts']}"
+            )
         if self.plot:
             lines.append(f"  reward curve (mmrl plot {self.name}): {self.plot} from {self.plot_source}")
         if self.served:
@@ -133,6 +141,7 @@ class Demo:
         out_dir: Path,
         overrides: dict[str, Any] | None = None,
         say: Callable[[str], None] = print,
+        mlflow_node: str | None = None,
     ) -> None:
         self.api, self.core = api, client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -152,6 +161,8 @@ class Demo:
         self.inference: Any = None
         self.submissions: dict[str, str] = {}  # RayJob name -> the Ray submission id KubeRay gave it
         self.checkpoint_at_fault = 0
+        self.mlflow_node = mlflow_node  # where an MLflow tracking server runs for the job (None: no MLflow)
+        self.mlflow_url = ""  # the server's pod address, which this machine reaches
 
     # --- setup -----------------------------------------------------------------------------------------------
 
@@ -168,6 +179,39 @@ class Demo:
             shutil.copytree(built, target)
             marker.write_text(str(built))
         self.say(f"claim {self.ns}/{self.claim} -> {self.volume_dir} (base model at {MODEL_ON_CLAIM})")
+
+    def start_mlflow(self, timeout: float = 300) -> None:
+        """An MLflow tracking server in the job's namespace (local/mmrl_local/mlflow_server.py), and the job's
+        spec.tracking.mlflow pointing at its Service; returns once its /health answers (readiness probe)."""
+        from mmrl_local import mlflow_server
+        from mmrl_local.kubelet import running_pod
+
+        assert self.mlflow_node is not None
+        apps = client.AppsV1Api(self.api)
+        for obj in mlflow_server.manifests(self.ns, self.mlflow_node):
+            try:
+                if obj["kind"] == "Deployment":
+                    apps.create_namespaced_deployment(self.ns, obj)
+                else:
+                    self.core.create_namespaced_service(self.ns, obj)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        uri = mlflow_server.tracking_uri(self.ns)
+        self.doc["spec"]["tracking"] = {"mlflow": {"trackingUri": uri, "experiment": "mmrl-demo"}}
+        deadline = time.monotonic() + timeout
+        while True:
+            pod = running_pod(self.core, self.ns, f"app.kubernetes.io/name={mlflow_server.NAME}")
+            conditions = (pod or {}).get("status", {}).get("conditions") or []
+            if any(x["type"] == "Ready" and x["status"] == "True" for x in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the MLflow server was not ready within {timeout:.0f}s")
+            time.sleep(1)
+        assert pod is not None
+        self.mlflow_url = f"http://{pod['status']['podIP']}:{mlflow_server.PORT}"
+        self.timings["MLflow server ready"] = time.monotonic() - self.started
+        self.say(f"MLflow tracking server {uri} ready (pod {pod['metadata']['name']} on {self.mlflow_node})")
 
     def apply_job(self) -> None:
         manifest = self.out_dir / f"{self.name}.yaml"
@@ -306,6 +350,7 @@ class Demo:
             plot_source = f"{curves.source}; attempts {[a for a, _, _ in curves.attempt_starts()]}"
         except LookupError as exc:
             plot, plot_source = None, str(exc)
+        mlflow_run = self.mlflow_run(st)
         pod_adapter = f"{st.get('jobDir', '')}/adapter"
         gate = next((c for c in st.get("conditions") or [] if c.get("type") == "Promoted"), None)
         return Summary(
@@ -321,6 +366,7 @@ class Demo:
             plot=plot,
             plot_source=plot_source,
             tracking=st.get("tracking") or {},
+            mlflow=mlflow_run,
             wall_seconds=time.monotonic() - self.started,
             fault=self.fault,
             timings=dict(self.timings),
@@ -329,6 +375,22 @@ class Demo:
             promoted=f"Promoted={gate['status']}: {gate.get('message', '')}" if gate else "",
             logs=self.attempt_logs(st.get("attempts") or []),
         )
+
+    def mlflow_run(self, st: dict[str, Any]) -> dict[str, Any]:
+        """The job's MLflow run as the server holds it, read with `mmrl plot`'s MLflow reader; {} without one."""
+        run_id = ((st.get("tracking") or {}).get("mlflow") or {}).get("runId")
+        if not (self.mlflow_url and run_id):
+            return {}
+        from mmrl_operator.plot_cli import from_mlflow
+
+        curves = from_mlflow(self.mlflow_url, run_id)
+        return {
+            "run_id": run_id,
+            "reward_steps": [s for s, _ in curves.series("reward")],
+            "reward_points": len(curves.points.get("reward", [])),
+            "attempts": [a for a, _, _ in curves.attempt_starts()],
+            "markers": curves.markers(),
+        }
 
     def attempt_logs(self, attempts: list[dict[str, Any]]) -> dict[int, list[str]]:
         """What `mmrl logs` prints for each attempt (through the head pod's trainer-log container)."""
@@ -388,6 +450,8 @@ class Demo:
 
     def run(self, *, fault: bool = True, timeout: float = 900) -> Summary:
         self.prepare_volume()
+        if self.mlflow_node:
+            self.start_mlflow()
         self.apply_job()
         if fault:
             step = self.wait_for_checkpoint(timeout)
@@ -444,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             head = nodes.create_cpu_node(core, kubelet=True)
             gpus = nodes.create_gpu_nodes(core, 2, kubelet=True)
             print(f"HyperPod nodes run by the local kubelet: {head} (controller), {', '.join(gpus)} (ml.p5.48xlarge)")
+            # The MLflow server goes where the demo's fault (the Ray head's node) does not: the spare GPU node.
             print(f"operator running (log {out / 'operator.log'})")
             print(
                 f"KubeRay {build.KUBERAY_VERSION} running (log {out / 'kuberay.log'}); pods and logs in {out / 'pods'}"
@@ -455,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
                 namespace="default",
                 volume_dir=work / "fsx",
                 out_dir=out,
+                mlflow_node=gpus[-1],
             )
             demo.timings["control plane up (from the start)"] = control_plane_up
             summary = demo.run(fault=not args.no_fault)

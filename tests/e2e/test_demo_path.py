@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 SHORT = {"spec": {"algorithm": {"maxSteps": 12}, "checkpoint": {"intervalSteps": 4}}}
 
 
-def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict) -> Demo:
+def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict, **kwargs) -> Demo:
     return Demo(
         api_client,
         build.build(verbose=False)["kubectl"],
@@ -40,6 +40,7 @@ def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: d
         out_dir=tmp_path / "out",
         overrides=overrides,
         say=lambda line: print(line, flush=True),
+        **kwargs,
     )
 
 
@@ -47,8 +48,8 @@ def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_w
     control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator, tmp_path
 ) -> None:
     hyperpod_nodes.cpu(kubelet=True)
-    hyperpod_nodes.gpu(2, kubelet=True)
-    d = demo(control_plane, api_client, namespace, tmp_path, SHORT)
+    gpus = hyperpod_nodes.gpu(2, kubelet=True)
+    d = demo(control_plane, api_client, namespace, tmp_path, SHORT, mlflow_node=gpus[-1])
     summary = d.run(fault=True, timeout=900)
     hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
     assert_trained(d, api_client, namespace, summary)
@@ -98,6 +99,14 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
         (float(summary.resumed_from_step), f"attempt 2: resumed from step {summary.resumed_from_step}")
     ]
     assert [s for s, _ in curves.series("reward")] == list(range(1, 13))
+    # The same run on a real MLflow server in the job's namespace (its own pod), reached by the trainer through the
+    # Service name from its pod's network namespace: every step, both attempts, the same curve as TensorBoard's.
+    run = status["tracking"]["mlflow"]
+    assert run["url"] == f"http://mlflow.{namespace}.svc:5000/#/experiments/{run['experimentId']}/runs/{run['runId']}"
+    assert summary.mlflow["run_id"] == run["runId"] and summary.mlflow["attempts"] == [1, 2]
+    assert summary.mlflow["reward_steps"] == list(range(1, 13))
+    assert summary.mlflow["reward_points"] >= 12 and summary.mlflow["markers"] == curves.markers()
+    assert f"MLflow run {run['runId']}" in summary.render()
     events = Jobs(api_client, namespace).events(d.name)
     assert events.count("AttemptStarted") == 2 and "NodeFault" in events and "Succeeded" in events
 
