@@ -26,6 +26,10 @@ from mmrl_trainer.backends import local
 from mmrl_trainer.tiny import build_tiny_vlm
 
 
+def maze_params(args: argparse.Namespace) -> dict[str, str]:
+    return {"size": str(args.size), "walls": str(args.walls), "ends": args.ends, "reward": args.reward}
+
+
 def maze_config(job_dir: Path, model: Path, seed: int, args: argparse.Namespace) -> TrainerConfig:
     return TrainerConfig.model_validate(
         {
@@ -46,7 +50,7 @@ def maze_config(job_dir: Path, model: Path, seed: int, args: argparse.Namespace)
             "dataset": {
                 "train": "synthetic://maze?n=256&seed=0",
                 "validation": f"synthetic://maze?n={args.held_out}&seed=1",
-                "environment": {"name": "maze", "maxTurns": args.turns, "params": {"size": "4", "walls": "0.2"}},
+                "environment": {"name": "maze", "maxTurns": args.turns, "params": maze_params(args)},
             },
             "checkpoint": {"dir": str(job_dir), "interval_steps": 1000, "keep": 1},
             "export_dir": str(job_dir / "adapter"),
@@ -65,6 +69,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--held-out", type=int, default=16)
     parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--size", type=int, default=4)
+    parser.add_argument("--walls", type=float, default=0.2)
+    parser.add_argument("--ends", choices=["random", "corners"], default="random")
+    parser.add_argument("--reward", choices=["goal", "shaped"], default="goal")
     args = parser.parse_args()
     model = build_tiny_vlm()
     rows = []
@@ -86,7 +94,8 @@ def main() -> None:
     n = len(rows)
     print(
         f"mean over {n} seeds: held-out success {sum(r[1] for r in rows) / n:.3f} -> {sum(r[2] for r in rows) / n:.3f}"
-        f" ({args.steps} steps of {args.batch}x{args.samples} episodes, 4x4 maze, {args.turns} turns)"
+        f" ({args.steps} steps of {args.batch}x{args.samples} episodes, lr {args.lr}, maze {maze_params(args)},"
+        f" {args.turns} turns)"
     )
 
 
