@@ -85,10 +85,12 @@ def main() -> None:
         after = next(r for r in records if r.get("event") == "finished")
         train = [r for r in records if "episode_success" in r]
         rows.append((seed, before["eval_success"], after["eval_success"], time.monotonic() - started))
+        curve = " ".join(f"{r['episode_success']:.2f}" for r in train[:: max(1, len(train) // 10)])
         print(
             f"seed {seed}: held-out success {before['eval_success']:.3f} -> {after['eval_success']:.3f} "
             f"(reward {before['eval_reward']:.3f} -> {after['eval_reward']:.3f}; train success first/last step "
-            f"{train[0]['episode_success']:.2f}/{train[-1]['episode_success']:.2f}; {rows[-1][3]:.0f}s)",
+            f"{train[0]['episode_success']:.2f}/{train[-1]['episode_success']:.2f}; {rows[-1][3]:.0f}s)\n"
+            f"  train success along the run: {curve}",
             flush=True,
         )
     n = len(rows)
