@@ -138,8 +138,8 @@ up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
-demo: bins kuberay mlflow-venv ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/)
-	$(VPY) -m mmrl_local.demo --out demo-out
+demo: bins kuberay mlflow-venv ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job
+	$(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze)
 
 # Sizes of `make bench` (not part of `make test`): 30-45 minutes on 2 shared cores (+4.5 min to compile KubeRay
 # once); smaller: `make bench BENCH_JOBS=50 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.

@@ -50,6 +50,42 @@ EXAMPLE = REPO / "examples" / "local.yaml"
 # and at the end): the promotion gate of docs/serving.md, on the example job.
 PROMOTION_GATE = {"spec": {"inference": {"promoteWhen": {"beatsBaseline": True}}}}
 MODEL_ON_CLAIM = "models/tiny-qwen3-vl"  # where examples/local.yaml's pvc:// model URI points inside the claim
+# `make demo MAZE=1` (`--maze`): a second job, examples/local.yaml turned into a multi-turn maze job (a merge patch,
+# so it is the same API and cluster settings), trained by the local backend's episode loop after the colour job;
+# the summary prints its held-out success before -> after. The settings are the ones bench/maze_learning.py
+# measured learning with (bench/notes.md, maze learning): 3x3 mazes from the top-left to the bottom-right corner,
+# progress-shaped reward, 8 turns. No serving, no fault.
+MAZE_JOB: dict[str, Any] = {
+    "metadata": {"name": "tiny-maze"},
+    "spec": {
+        "algorithm": {
+            "samplesPerPrompt": 8,
+            "learningRate": 2.0e-2,
+            "trainBatchSize": 4,
+            "miniBatchSize": 4,
+            "maxSteps": 30,
+            "maxResponseLength": 3,
+        },
+        "dataset": {
+            "train": "synthetic://maze?n=256",
+            "validation": "synthetic://maze?n=32&seed=1",
+            "reward": None,
+            "environment": {
+                "name": "maze",
+                "maxTurns": 8,
+                "params": {"size": "3", "walls": "0.2", "ends": "corners", "reward": "shaped"},
+            },
+        },
+        "checkpoint": {"intervalSteps": 30},
+        "inference": {"enabled": False},
+    },
+}
+
+
+def job_document(overrides: dict[str, Any] | None = None, *, gate: bool = True) -> dict[str, Any]:
+    """The job the demo applies: examples/local.yaml, with the promotion gate when it serves, then `overrides`."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    return merge_patch(merge_patch(doc, PROMOTION_GATE) if gate else doc, overrides or {})
 
 
 @dataclass
@@ -140,6 +176,7 @@ class Demo:
         volume_dir: Path,
         out_dir: Path,
         overrides: dict[str, Any] | None = None,
+        gate: bool = True,
         say: Callable[[str], None] = print,
         mlflow_node: str | None = None,
     ) -> None:
@@ -147,7 +184,7 @@ class Demo:
         self.custom = client.CustomObjectsApi(api)
         self.kubectl, self.kubeconfig = kubectl, kubeconfig
         self.ns, self.volume_dir, self.out_dir, self.say = namespace, volume_dir, out_dir, say
-        doc = merge_patch(merge_patch(yaml.safe_load(EXAMPLE.read_text()), PROMOTION_GATE), overrides or {})
+        doc = job_document(overrides, gate=gate)
         doc["metadata"]["namespace"] = namespace
         self.doc = doc
         self.name = doc["metadata"]["name"]
@@ -470,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "demo-out")
     parser.add_argument("--no-fault", action="store_true", help="skip the node replacement")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up until Ctrl-C")
+    parser.add_argument("--maze", action="store_true", help="then train a second job on the tiny maze (MAZE_JOB)")
     args = parser.parse_args(argv)
 
     from mmrl_local import build
@@ -528,6 +566,19 @@ def main(argv: list[str] | None = None) -> int:
             summary.kuberay = build.KUBERAY_VERSION
             print("\n" + summary.render())
             (out / "summary.json").write_text(json.dumps(summary.__dict__, default=str, indent=2))
+            if args.maze:
+                maze = Demo(
+                    api,
+                    binaries["kubectl"],
+                    cp.kubeconfig,
+                    namespace="default",
+                    volume_dir=work / "fsx",
+                    out_dir=out / "maze",
+                    overrides=MAZE_JOB,
+                    gate=False,
+                )
+                maze_phase = maze.run(fault=False).phase
+                print("\n" + maze_success_line(maze.name, maze_phase, maze.metrics()))
             if args.keep:
                 print(f"\nexport KUBECONFIG={cp.kubeconfig}; Ctrl-C to stop")
                 try:
@@ -535,7 +586,18 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(3600)
                 except KeyboardInterrupt:
                     pass
-    return 0 if summary.phase in ("Succeeded", "Serving") else 1
+    ok = summary.phase in ("Succeeded", "Serving") and (not args.maze or maze_phase == "Succeeded")
+    return 0 if ok else 1
+
+
+def maze_success_line(name: str, phase: str, records: list[dict[str, Any]]) -> str:
+    """The maze job's held-out success rate before training (the trainer's `baseline`) and after (`finished`)."""
+    found = {r.get("event"): r.get("eval_success") for r in records if r.get("event") in ("baseline", "finished")}
+    shown = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    return (
+        f"job {name}: {phase}; held-out maze success {shown(found.get('baseline'))} -> {shown(found.get('finished'))}"
+        " (untrained -> trained, same held-out mazes)"
+    )
 
 
 if __name__ == "__main__":

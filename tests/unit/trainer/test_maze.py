@@ -9,7 +9,7 @@ from mmrl_api.spec import DatasetSpec
 from mmrl_trainer.data import load_examples
 from mmrl_trainer.envs import make_episode
 from mmrl_trainer.envs.grid import AGENT, GOAL, WALL, generate
-from mmrl_trainer.envs.maze import MazeEpisode, parse_move
+from mmrl_trainer.envs.maze import MIN_SUCCESS_REWARD, PROGRESS_REWARD, MazeEpisode, parse_move
 from mmrl_trainer.envs.maze_data import SEED_STRIDE
 from mmrl_trainer.errors import InvalidInput
 
@@ -98,6 +98,32 @@ def test_moves_are_read_leniently_from_the_reply(reply: str, move: str | None) -
     assert parse_move(reply) == move
 
 
+def test_corner_ends_start_top_left_and_end_bottom_right() -> None:
+    for seed in range(20):
+        maze = generate(seed, size=4, wall_fraction=0.4, ends="corners")
+        assert (maze.start, maze.goal) == ((0, 0), (3, 3)) and not {maze.start, maze.goal} & maze.walls
+        assert maze == generate(seed, size=4, wall_fraction=0.4, ends="corners")
+    assert generate(1, size=3, wall_fraction=0.3, ends="corners").text((0, 0)) == "A..\n#..\n..G"
+    assert generate(3).text(generate(3).start) == SEED3  # the default (random ends) is unchanged
+
+
+def test_shaped_reward_pays_each_turns_progress_and_sums_to_the_goal_reward_plus_progress() -> None:
+    # Seed 1, 3x3, corners: A.. / #.. / ..G, shortest path 4, so each step of progress pays 0.5 / 4.
+    episode = MazeEpisode({"size": "3", "walls": "0.3", "ends": "corners", "reward": "shaped"})
+    episode.reset(1)
+    replies = ["up", "right", "left", "down", "right", "down", "down", "right"]
+    results = [episode.step(reply) for reply in replies]
+    # Blocked (edge), toward, away, blocked (wall), toward x3, and the goal: 0.125 plus 1.0 less 4 extra moves x 0.05.
+    assert [r.reward for r in results] == [0.0, 0.125, -0.125, 0.0, 0.125, 0.125, 0.125, 0.925]
+    assert results[-1].done and results[-1].info["success"]
+    assert sum(r.reward for r in results) == pytest.approx(0.8 + PROGRESS_REWARD)
+    # Short of the goal, the progress made is all an episode earns, less than any success.
+    short = MazeEpisode({"size": "3", "walls": "0.3", "ends": "corners", "reward": "shaped"}, max_turns=2)
+    short.reset(1)
+    assert [short.step(reply).reward for reply in ("right", "down")] == [0.125, 0.125]
+    assert MIN_SUCCESS_REWARD + PROGRESS_REWARD > PROGRESS_REWARD * (1 - 1 / 4)
+
+
 def test_text_observations_draw_the_maze_as_rows() -> None:
     first = MazeEpisode(images=False).reset(3)
     assert first.image is None and first.text.endswith(SEED3)
@@ -108,7 +134,13 @@ def test_text_observations_draw_the_maze_as_rows() -> None:
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"colour": "red"}, "params.colour"), ({"size": "9"}, "params.size"), ({"walls": "many"}, "params.walls")],
+    [
+        ({"colour": "red"}, "params.colour"),
+        ({"size": "9"}, "params.size"),
+        ({"walls": "many"}, "params.walls"),
+        ({"ends": "middle"}, "params.ends"),
+        ({"reward": "dense"}, "params.reward"),
+    ],
 )
 def test_bad_params_are_refused_naming_the_field(params: dict[str, str], field: str) -> None:
     with pytest.raises(InvalidInput, match=f"spec.dataset.environment.{field}"):

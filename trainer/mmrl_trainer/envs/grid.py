@@ -21,6 +21,7 @@ WALL, FLOOR, AGENT, GOAL = (40, 40, 40), (235, 235, 235), (35, 70, 215), (35, 16
 TEXT_TILES = {"wall": "#", "floor": ".", "agent": "A", "goal": "G"}
 # Start and goal at least this many moves apart, so no episode is won by any single guess.
 MIN_SHORTEST_PATH = 2
+ENDS = ("random", "corners")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,14 @@ class Maze:
 
     def open(self, cell: Cell) -> bool:
         return self.inside(cell) and cell not in self.walls
+
+    def distance(self, cell: Cell) -> int:
+        """Moves on a shortest path from `cell` (a floor tile joined to the goal, as every tile the agent reaches
+        from the start is) to the goal."""
+        path = shortest_path(self.size, self.walls, cell, self.goal)
+        if path is None:
+            raise ValueError(f"no path from {cell} to the goal")
+        return len(path)
 
     def image(self, agent: Cell, cell_pixels: int) -> Image.Image:
         """The maze with the agent at `agent`, each tile `cell_pixels` square."""
@@ -94,18 +103,26 @@ def shortest_path(size: int, walls: frozenset[Cell], start: Cell, goal: Cell) ->
     return None
 
 
-def generate(seed: int, size: int = 5, wall_fraction: float = 0.3) -> Maze:
+def generate(seed: int, size: int = 5, wall_fraction: float = 0.3, ends: str = "random") -> Maze:
     """The maze of `seed`: walls scattered at `wall_fraction`, start and goal on floor tiles a path joins, at least
-    MIN_SHORTEST_PATH moves apart. Layouts that fail are redrawn from the same generator, so the result is still a
-    function of the seed."""
+    MIN_SHORTEST_PATH moves apart. `ends="random"` draws start and goal among the floor tiles; `ends="corners"` puts
+    the start at the top-left tile and the goal at the bottom-right one (the classic maze: walls never cover them).
+    Layouts that fail are redrawn from the same generator, so the result is still a function of the seed."""
+    if ends not in ENDS:
+        raise ValueError(f"ends must be one of {', '.join(ENDS)}, not {ends!r}")
     rng = random.Random(seed)
     cells = [(r, c) for r in range(size) for c in range(size)]
+    corners = ((0, 0), (size - 1, size - 1))
     while True:
         walls = frozenset(cell for cell in cells if rng.random() < wall_fraction)
-        floor = [cell for cell in cells if cell not in walls]
-        if len(floor) < 2:
-            continue
-        start, goal = rng.sample(floor, 2)
+        if ends == "corners":
+            walls -= frozenset(corners)
+            start, goal = corners
+        else:
+            floor = [cell for cell in cells if cell not in walls]
+            if len(floor) < 2:
+                continue
+            start, goal = rng.sample(floor, 2)
         solution = shortest_path(size, walls, start, goal)
         if solution is not None and len(solution) >= MIN_SHORTEST_PATH:
             return Maze(size, walls, start, goal, solution)

@@ -5,11 +5,20 @@ a move. The reply is read leniently: the move inside the last `<answer>...</answ
 last of the words up/down/left/right in the reply. A reply without a move, or a move into a wall or off the grid,
 spends the turn without moving. Reaching the goal ends the episode with reward 1.0 for a shortest path, less
 `penalty` for every move beyond it (never below MIN_SUCCESS_REWARD, so reaching the goal always beats not); an
-episode still short of the goal after maxTurns ends with 0. Rewards arrive only on the last turn.
+episode still short of the goal after maxTurns ends with 0. With `reward: goal` (the default) rewards arrive only
+on the last turn.
+
+With `reward: shaped`, every turn also pays for progress: PROGRESS_REWARD x (distance before - distance after) /
+the start's distance, distances being shortest-path moves to the goal (breadth-first, walls counted), so a move
+toward the goal earns, a move away costs, and a blocked or missing move earns 0. The progress of an episode adds
+up to PROGRESS_REWARD x (1 - final distance / start distance): PROGRESS_REWARD on reaching the goal, less short of
+it, so a success still earns more than any failure. Exact and deterministic like the rest; it gives a failed
+episode credit for how close it got, which GRPO needs when most episodes of a group fail.
 
 Params (strings, spec.dataset.environment.params): size (tiles per side, 3..8, default 5), walls (fraction of
 tiles that are walls, 0..0.5, default 0.3), cell (pixels per tile, 4..64, default 8), penalty (per extra move,
-0..0.2, default 0.05).
+0..0.2, default 0.05), ends (random: start and goal on random floor tiles, the default; corners: start top-left,
+goal bottom-right), reward (goal, the default, or shaped).
 """
 
 from __future__ import annotations
@@ -19,10 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmrl_trainer.envs.episode import Observation, StepResult
-from mmrl_trainer.envs.grid import MOVES, Cell, Maze, generate, step_cell
+from mmrl_trainer.envs.grid import ENDS, MOVES, Cell, Maze, generate, step_cell
 from mmrl_trainer.errors import InvalidInput
 
 MIN_SUCCESS_REWARD = 0.1
+PROGRESS_REWARD = 0.5
+REWARDS = ("goal", "shaped")
 PARAMS_FIELD = "spec.dataset.environment.params"
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _MOVE = re.compile(r"\b(" + "|".join(MOVES) + r")\b", re.IGNORECASE)
@@ -34,6 +45,8 @@ class MazeParams:
     walls: float = 0.3
     cell: int = 8
     penalty: float = 0.05
+    ends: str = "random"
+    reward: str = "goal"
 
 
 _LIMITS: dict[str, tuple[type, float, float]] = {
@@ -42,14 +55,21 @@ _LIMITS: dict[str, tuple[type, float, float]] = {
     "cell": (int, 4, 64),
     "penalty": (float, 0.0, 0.2),
 }
+_CHOICES: dict[str, tuple[str, ...]] = {"ends": ENDS, "reward": REWARDS}
 
 
 def parse_params(params: dict[str, str]) -> MazeParams:
     """The maze's params from the spec's strings; an unknown key or a value out of range names the field."""
     values: dict[str, Any] = {}
     for key, raw in params.items():
+        if key in _CHOICES:
+            if raw not in _CHOICES[key]:
+                raise InvalidInput(f"{PARAMS_FIELD}.{key}: {raw!r} is not one of {', '.join(_CHOICES[key])}")
+            values[key] = raw
+            continue
         if key not in _LIMITS:
-            raise InvalidInput(f"{PARAMS_FIELD}.{key}: unknown maze param; known: {', '.join(_LIMITS)}")
+            known = ", ".join([*_LIMITS, *_CHOICES])
+            raise InvalidInput(f"{PARAMS_FIELD}.{key}: unknown maze param; known: {known}")
         kind, low, high = _LIMITS[key]
         try:
             value = kind(raw)
@@ -83,7 +103,7 @@ class MazeEpisode:
         self.done = False
 
     def reset(self, seed: int) -> Observation:
-        self.maze = generate(seed, self.params.size, self.params.walls)
+        self.maze = generate(seed, self.params.size, self.params.walls, self.params.ends)
         self.agent, self.turns, self.done = self.maze.start, 0, False
         n = self.maze.size
         if self.images:
@@ -106,11 +126,15 @@ class MazeEpisode:
         move = parse_move(reply)
         target = step_cell(self.agent, move) if move else None
         moved = target is not None and self.maze.open(target)
+        before = self.agent
         if moved:
             self.agent = target  # type: ignore[assignment]
         success = self.agent == self.maze.goal
         self.done = success or self.turns >= self.max_turns
         reward = self._success_reward() if success else 0.0
+        if self.params.reward == "shaped" and moved:
+            progress = self.maze.distance(before) - self.maze.distance(self.agent)
+            reward = round(reward + PROGRESS_REWARD * progress / len(self.maze.solution), 6)
         info = {
             "turns": self.turns,
             "success": success,
