@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.s3_server import _free_port
+from mmrl_local.controlplane import free_port
 
 
 def mlflow_python() -> str:
@@ -30,7 +30,7 @@ def mlflow_python() -> str:
 def running_mlflow(store: Path) -> Iterator[str]:
     """Start a tracking server whose runs live in `store`; yields its URL."""
     store.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(store / "server.log", "w")  # noqa: SIM115 - closed below, after the server
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "PYTHONPATH": ""}

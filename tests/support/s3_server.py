@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from mmrl_local.controlplane import free_port
 
 
 def moto_server() -> str | None:
@@ -27,18 +28,12 @@ def moto_server() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def running_s3(buckets: list[str]) -> Iterator[dict[str, str]]:
     """Start the server with `buckets` created; yields the environment a client needs."""
     server = moto_server()
     assert server is not None, "no moto_server: moto[server] is a dev dependency (make setup installs it)"
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [server, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

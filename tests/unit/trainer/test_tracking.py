@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from mmrl_api.trainer_config import TrainerConfig
+from mmrl_local.controlplane import free_port
 from mmrl_operator.plot_cli import from_mlflow, from_tensorboard
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
@@ -136,9 +136,7 @@ def test_two_attempts_log_into_one_run_in_every_sink(tmp_path: Path) -> None:
 
 
 def test_a_tracking_server_that_does_not_answer_leaves_training_and_tensorboard_alone(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     cfg = config(tmp_path / "job", {"mlflow": {"trackingUri": dead}})
     sent = attempt(cfg, 1, None, range(1, 3), ok=True)
     assert [b["status"]["tracking"] for b in sent if "tracking" in b["status"]] == [
