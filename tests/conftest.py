@@ -23,8 +23,14 @@ for _name, _value in {
     os.environ[_name] = _value
 
 # Control plane, namespace, nodes, stand-in and operator fixtures for tests/cluster and tests/e2e (lazy: unit tests
-# never start anything).
-pytest_plugins = ["tests.support.cluster_fixtures"]
+# never start anything); in CI a skip is a failure (ci_strict) and property tests run from a fixed, printed seed
+# (property_seed); pytester runs the suite's own plugins in a test.
+pytest_plugins = [
+    "tests.support.cluster_fixtures",
+    "tests.support.ci_strict",
+    "tests.support.property_seed",
+    "pytester",
+]
 
 
 def pytest_collection_finish(session) -> None:

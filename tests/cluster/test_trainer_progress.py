@@ -112,7 +112,6 @@ def test_the_trainer_may_write_its_progress_but_no_field_of_the_operator(
 def test_local_training_run_reports_its_final_step_and_checkpoint(
     jobs, api_client, core, custom, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("trl")
     from mmrl_api.trainer_config import TrainerConfig
     from mmrl_trainer.backends import local
     from mmrl_trainer.tiny import build_tiny_vlm

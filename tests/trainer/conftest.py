@@ -12,9 +12,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MMRL_TORCH_THREADS", "1")
 
-pytest.importorskip("torch")
-pytest.importorskip("trl")
-
 from mmrl_api.trainer_config import TrainerConfig
 
 # The demo-task recipe the tests train with: 4 prompts x 4 samples per step, a rank-8 LoRA, no modules_to_save.

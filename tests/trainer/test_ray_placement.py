@@ -7,14 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import ray
+from ray import cluster_utils
 
 from mmrl_operator.builders.raycluster import build_raycluster
 from tests.support.factories import job
 
 pytestmark = pytest.mark.trainer
 
-ray = pytest.importorskip("ray")
-cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 # The rayStartParams that reserve resources, as `ray start` flags and as Cluster.add_node arguments.
 RESOURCE_PARAMS = {"num-cpus": "num_cpus", "num-gpus": "num_gpus"}

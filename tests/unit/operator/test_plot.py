@@ -11,9 +11,6 @@ from mmrl_operator.plot_cli import draw, find_curves, from_tensorboard
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
 
-pytest.importorskip("torch")
-pytest.importorskip("tensorboard")
-
 
 def train(job_dir: Path, attempt: int, resumed: int | None, steps: range, final: float | None = None) -> None:
     """An attempt's reports, as a backend makes them (the real ProgressReporter and TensorBoard writer)."""

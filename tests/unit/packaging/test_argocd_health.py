@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
+from lupa import lua51 as lupa
 
 from mmrl_api.status import PHASES
-
-lupa = pytest.importorskip("lupa.lua51")
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECK_DIR = ROOT / "charts" / "mmrl-operator" / "argocd" / "mmrl.dev" / "MultimodalRLJob"

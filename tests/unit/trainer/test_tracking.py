@@ -11,8 +11,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_local.controlplane import free_port
 from mmrl_operator.plot_cli import from_mlflow, from_tensorboard
@@ -23,7 +21,6 @@ from mmrl_trainer.tracking.runs import read_runs, tracking_dir, wandb_run_id
 from tests.support.mlflow_server import running_mlflow
 from tests.support.wandb_records import history, run_ids
 
-pytest.importorskip("torch")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 UID = "0f1e2d3c-aaaa-bbbb-cccc-000000000000"
