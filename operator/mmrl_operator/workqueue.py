@@ -10,6 +10,9 @@ backoff do not pile up entries).
 Keys added with `low=True` (the periodic resync) wait behind every other key: with a thousand jobs the resync
 asks for dozens of passes a second, and a node fault's pass must not queue behind them. An event for a key that
 waits at low priority promotes it.
+
+Time comes from `clock` (monotonic seconds). A test passes a clock it moves by hand and calls `wake()` after each
+move, since the workers' waits time out on the real clock; `idle()` then says when the queue has acted on the move.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ class WorkQueue:
         workers: int = 4,
         max_backoff: float = 300.0,
         active: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._handler, self._active, self._max_backoff = handler, active, max_backoff
+        self._handler, self._active, self._max_backoff, self._clock = handler, active, max_backoff, clock
         self._cv = threading.Condition()
         self._ready: list[Key] = []
         self._low: list[Key] = []  # resync keys; entries no longer in _queued_low were promoted or taken
@@ -46,6 +50,8 @@ class WorkQueue:
         self._deadline: dict[Key, float] = {}
         self._failures: dict[Key, int] = {}
         self._stop = False
+        self._parked = 0  # workers waiting on the condition
+        self._looked_at: float | None = None  # the clock when a worker last moved due deadlines; None: a new one
         self._threads = [
             threading.Thread(target=self._work, name=f"mmrl-worker-{i}", daemon=True) for i in range(workers)
         ]
@@ -58,6 +64,19 @@ class WorkQueue:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+
+    def wake(self) -> None:
+        """Have the waiting workers read the clock again (after a clock that jumps has moved)."""
+        with self._cv:
+            self._cv.notify_all()
+
+    def idle(self) -> bool:
+        """Every worker waits, nothing is queued or running, and a worker has looked for due deadlines since the
+        clock last moved and since the last deadline was set: nothing runs until the clock moves or a key is added.
+        With the real clock this is never true for long; it is for tests that move a clock by hand."""
+        with self._cv:
+            looked = self._looked_at is not None and self._looked_at >= self._clock()
+            return looked and self._parked == len(self._threads) and not (self._queued or self._busy or self._dirty)
 
     def add(self, key: Key, low: bool = False) -> None:
         with self._cv:
@@ -83,7 +102,7 @@ class WorkQueue:
 
     def add_after(self, key: Key, delay: float) -> None:
         with self._cv:
-            when = time.monotonic() + delay
+            when = self._clock() + delay
             current = self._deadline.get(key)
             if current is not None and current <= when:
                 return  # an earlier pass is already due; it will ask again for whatever comes next
@@ -93,18 +112,19 @@ class WorkQueue:
                 # Drop stale entries (superseded deadlines) so the heap stays proportional to the number of jobs.
                 self._delayed = [(t, k) for k, t in self._deadline.items()]
                 heapq.heapify(self._delayed)
+            self._looked_at = None
             self._cv.notify()
 
     def pending(self) -> dict[Key, float]:
         """Seconds until each key's pending deadline (for tests and metrics)."""
         with self._cv:
-            now = time.monotonic()
+            now = self._clock()
             return {k: t - now for k, t in self._deadline.items()}
 
     def _next(self) -> Key | None:
         with self._cv:
             while not self._stop:
-                now = time.monotonic()
+                now = self._looked_at = self._clock()
                 while self._delayed and self._delayed[0][0] <= now:
                     when, key = heapq.heappop(self._delayed)
                     if self._deadline.get(key) != when:
@@ -130,7 +150,9 @@ class WorkQueue:
                         self._busy.add(key)
                         return key
                 timeout = self._delayed[0][0] - now if self._delayed else None
+                self._parked += 1
                 self._cv.wait(timeout)
+                self._parked -= 1
             return None
 
     def _done(self, key: Key) -> None:

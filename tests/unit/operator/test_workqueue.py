@@ -1,116 +1,162 @@
-"""The work queue: bursts collapse, one pass per key at a time, failures retried with backoff, standby idles."""
+"""The work queue: bursts collapse, one pass per key at a time, failures retried with backoff, standby idles.
+
+Time is a clock the tests move by hand: a deadline is shown not to fire a hundredth of a second before it is due
+and to fire when it is, and "nothing else ran" is read once the queue is idle at that time, never after a sleep."""
 
 from __future__ import annotations
 
-import itertools
 import threading
-import time
+from collections.abc import Callable
 
-from mmrl_operator.workqueue import WorkQueue
+from mmrl_operator.workqueue import Key, WorkQueue
+from tests.support.fake_clock import FakeClock
 from tests.support.polling import wait_until
 
+KEY = ("ns", "a")
 
-def wait_for(pred, timeout: float = 5.0) -> None:
+
+def wait_for(pred: Callable[[], object], timeout: float = 10.0) -> None:
     wait_until(pred, timeout, interval=0.01, what="work queue state")
 
 
+def on_clock(
+    handler: Callable[[Key], float | None], clock: FakeClock, workers: int, active: Callable[[], bool] = lambda: True
+) -> WorkQueue:
+    """A queue whose time is `clock`; moving the clock wakes its workers."""
+    q = WorkQueue(handler, workers=workers, active=active, clock=clock)
+    clock.on_move(q.wake)
+    return q
+
+
 def test_burst_of_adds_for_one_key_collapses_and_never_overlaps() -> None:
-    running, overlaps, calls = set(), [], []
+    running: set[Key] = set()
+    overlaps: list[Key] = []
+    calls: list[Key] = []
     gate = threading.Event()
 
-    def handler(key):
+    def handler(key: Key) -> None:
         if key in running:
             overlaps.append(key)
         running.add(key)
         calls.append(key)
-        gate.wait(1)
+        gate.wait(30)
         running.discard(key)
         return None
 
-    q = WorkQueue(handler, workers=4)
+    q = on_clock(handler, FakeClock(), workers=4)
     q.start()
     for _ in range(50):
-        q.add(("ns", "a"))
+        q.add(KEY)
     wait_for(lambda: len(calls) >= 1)
     for _ in range(50):
-        q.add(("ns", "a"))  # arrives while busy: exactly one more pass
+        q.add(KEY)  # arrives while busy: exactly one more pass
     gate.set()
-    wait_for(lambda: len(calls) >= 2)
-    time.sleep(0.2)
+    wait_for(q.idle)  # every worker waits with nothing queued: no further pass is coming
     q.stop()
     assert overlaps == [] and len(calls) == 2
 
 
 def test_failure_is_retried_with_backoff_then_succeeds() -> None:
-    attempts = []
+    clock = FakeClock()
+    attempts: list[float] = []
 
-    def handler(key):
-        attempts.append(time.monotonic())
+    def handler(key: Key) -> None:
+        attempts.append(clock())
         if len(attempts) < 3:
             raise RuntimeError("apiserver hiccup")
         return None
 
-    q = WorkQueue(handler, workers=1)
+    q = on_clock(handler, clock, workers=1)
     q.start()
-    q.add(("ns", "a"))
-    wait_for(lambda: len(attempts) >= 3)
+    t0 = clock()
+    q.add(KEY)
+    wait_for(q.idle)
+    assert attempts == [t0] and q.pending() == {KEY: 1.0}
+    clock.set(t0 + 0.99)
+    wait_for(q.idle)
+    assert attempts == [t0]  # not due yet
+    t1 = t0 + 1.0
+    clock.set(t1)
+    wait_for(q.idle)
+    assert attempts == [t0, t1] and q.pending() == {KEY: 2.0}  # the second failure doubles the backoff
+    clock.set(t1 + 1.99)
+    wait_for(q.idle)
+    assert attempts == [t0, t1]
+    clock.set(t1 + 2.0)
+    wait_for(q.idle)
     q.stop()
-    gaps = [b - a for a, b in itertools.pairwise(attempts)]
-    assert gaps[1] > gaps[0] >= 0.9  # 1 s, then 2 s
+    assert attempts == [t0, t1, t1 + 2.0] and q.pending() == {}  # succeeded: nothing more is asked for
 
 
 def test_requeue_after_runs_the_key_again() -> None:
-    calls = []
-    q = WorkQueue(lambda key: (calls.append(key), 0.1 if len(calls) == 1 else None)[1], workers=1)
+    clock = FakeClock()
+    calls: list[float] = []
+
+    def handler(key: Key) -> float | None:
+        calls.append(clock())
+        return 0.25 if len(calls) == 1 else None
+
+    q = on_clock(handler, clock, workers=1)
     q.start()
-    q.add(("ns", "a"))
-    wait_for(lambda: len(calls) == 2)
+    t0 = clock()
+    q.add(KEY)
+    wait_for(q.idle)
+    assert calls == [t0] and q.pending() == {KEY: 0.25}
+    clock.set(t0 + 0.25)
+    wait_for(q.idle)
     q.stop()
+    assert calls == [t0, t0 + 0.25] and q.pending() == {}
 
 
 def test_standby_replica_acts_on_nothing() -> None:
-    calls = []
-    q = WorkQueue(lambda key: calls.append(key), workers=1, active=lambda: False)
+    calls: list[Key] = []
+    q = on_clock(lambda key: calls.append(key), FakeClock(), workers=1, active=lambda: False)
     q.start()
-    q.add(("ns", "a"))
-    time.sleep(0.2)
+    q.add(KEY)
+    wait_for(q.idle)  # the worker took the key (nothing is queued) and is waiting again
     q.stop()
-    assert calls == []
+    assert calls == [] and q.pending() == {}
 
 
 def test_a_key_keeps_only_its_earliest_deadline_and_memory_stays_bounded() -> None:
-    calls: list[float] = []
-    q = WorkQueue(lambda key: calls.append(time.monotonic()), workers=1)  # not started: nothing fires
+    q = WorkQueue(lambda key: None, workers=1, clock=FakeClock())  # not started: nothing fires
     week = 7 * 24 * 3600.0
     for i in range(10_000):
         q.add_after(("ns", f"job-{i % 10}"), week)  # a ttl requeue per pass
         q.add_after(("ns", f"job-{i % 10}"), 30.0 + i % 7)  # and a backoff, earlier
     pending = q.pending()
-    assert len(pending) == 10 and all(29 <= left <= 37 for left in pending.values())
+    assert pending == {("ns", f"job-{j}"): 30.0 for j in range(10)}  # each key's earliest ask, and only that
     assert len(q._delayed) <= 2 * len(pending) + 16
 
 
 def test_an_earlier_deadline_fires_once_and_the_later_one_is_dropped() -> None:
+    clock = FakeClock()
     fired: list[float] = []
-    start = time.monotonic()
-    q = WorkQueue(lambda key: fired.append(time.monotonic() - start), workers=1)
-    q.add_after(("ns", "a"), 0.6)
-    q.add_after(("ns", "a"), 0.1)  # earlier: replaces
-    q.add_after(("ns", "a"), 0.3)  # later than the pending one: ignored
+    q = on_clock(lambda key: fired.append(clock()), clock, workers=1)
+    t0 = clock()
+    q.add_after(KEY, 0.5)
+    q.add_after(KEY, 0.25)  # earlier: replaces
+    q.add_after(KEY, 0.375)  # later than the pending one: ignored
     q.start()
-    wait_for(lambda: len(fired) == 1)
-    time.sleep(0.8)
+    wait_for(q.idle)
+    assert fired == [] and q.pending() == {KEY: 0.25}
+    clock.set(t0 + 0.25)
+    wait_for(q.idle)
+    assert fired == [t0 + 0.25] and q.pending() == {}
+    for later in (0.375, 0.5, 3600.0):  # the dropped deadlines' times come and go
+        clock.set(t0 + later)
+        wait_for(q.idle)
     q.stop()
-    assert len(fired) == 1 and fired[0] < 0.5
+    assert fired == [t0 + 0.25]
 
 
 def test_resync_keys_wait_behind_event_driven_keys_and_an_event_promotes_one() -> None:
     order: list[str] = []
     gate = threading.Event()
 
-    def handler(key):
+    def handler(key: Key) -> None:
         if key[1] == "blocker":
-            gate.wait(2)
+            gate.wait(30)
         order.append(key[1])
         return None
 
