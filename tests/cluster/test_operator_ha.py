@@ -1,6 +1,7 @@
-"""Operator robustness: only the Lease holder acts, a standby takes over, and an operator killed anywhere in a
-reconcile (by SIGKILL at random times and by exiting after its k-th API write) never duplicates a child and
-always converges."""
+"""Operator robustness: only the Lease holder acts, a standby takes over from a leader killed after it served
+passes, and an operator killed anywhere in its work (by exiting after its k-th API write, or by SIGKILL at a random
+moment after it has served a reconcile pass, never only during its imports) never duplicates a child and always
+converges."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ from tests.support.jobspecs import cluster_job
 from tests.support.operator import OperatorProcess, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
-RECONCILES = "mmrl_reconcile_duration_seconds_count"
+RECONCILES = "mmrl_reconcile_duration_seconds_count"  # observed at the end of every pass that read its job
+INJECTED_EXIT = 137  # the operator's os._exit after its k-th write (MMRL_CRASH_AFTER_WRITES); a SIGKILL reads -9
+
+
+def served_a_pass(op: OperatorProcess) -> bool:
+    """Whether the process has completed a reconcile pass (its metrics port is up only after its imports)."""
+    try:
+        return op.metric(RECONCILES) >= 1
+    except OSError:
+        return False
 
 
 def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
@@ -34,12 +44,25 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
         holder = client.CoordinationV1Api(api_client).read_namespaced_lease(lease, "default").spec.holder_identity
         leader, standby = (a, b) if holder == "replica-a" else (b, a)
         assert holder in ("replica-a", "replica-b")
+        # The leader has served the passes that ran the job; the standby has served none.
         assert leader.metric(RECONCILES) > 0 and standby.metric(RECONCILES) == 0
         leader.kill()
         kuberay.script("geo-a2", "succeed-after=1")
         jobs.patch("geo", {"spec": {"suspend": True}})  # work that only a live leader can do
         wait_until(lambda: jobs.status("geo").get("phase") == "Suspended", 60, what="standby to take over")
         assert standby.metric(RECONCILES) > 0
+        leases = client.CoordinationV1Api(api_client)
+        assert leases.read_namespaced_lease(lease, "default").spec.holder_identity == standby.identity
+        wait_until(lambda: not jobs.ray_names("rayjobs") and not jobs.ray_names("rayclusters"), 60, what="deletes")
+        # The new leader carries the job on to its end, with one cluster and one RayJob per attempt.
+        jobs.patch("geo", {"spec": {"suspend": False}})
+        assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
+        status = jobs.status("geo")
+        assert [(a["rayJob"], a["result"]) for a in status["attempts"]] == [
+            ("geo-a1", "Stopped"),
+            ("geo-a2", "Succeeded"),
+        ]
+        assert jobs.ray_names("rayjobs") == ["geo-a2"] and jobs.ray_names("rayclusters") == ["geo"]
     finally:
         a.stop()
         b.stop()
@@ -53,22 +76,30 @@ def test_killed_at_random_points_never_duplicates_and_converges(
     kuberay.script("geo-a1", "fail-after=1")
     jobs.create(cluster_job("geo", {"spec": {"resilience": {"maxRestarts": 3}}}))
     rng = random.Random(7)
-    kills = 0
-    deadline = time.monotonic() + 240
+    kills, injected, killed_after_a_pass = 0, 0, 0
+    deadline = time.monotonic() + 420
     while kills < 20 or jobs.status("geo").get("phase") not in ("Succeeded", "Failed"):
         assert time.monotonic() < deadline, f"did not converge after {kills} kills"
         if kills % 2 == 0:
             # Exit right after the k-th write of this process: lands between any two API calls of a pass.
             env = {"MMRL_CRASH_AFTER_WRITES": str(rng.randint(1, 6))}
             op = OperatorProcess(control_plane.kubeconfig, tmp_path / "op.log", namespaces=[jobs.ns], env=env).start()
-            end = time.monotonic() + 5
-            while op.alive and time.monotonic() < end:
-                time.sleep(0.05)
-            op.kill()  # a pass in steady state makes no writes, so it may still be alive: kill it then
+            wait_until(lambda op=op: not op.alive or served_a_pass(op), 90, interval=0.05, what="a write or a pass")
+            if op.alive:
+                # Its passes had fewer than k writes (in steady state a pass writes nothing): kill it now that it
+                # has served one.
+                op.kill()
+                killed_after_a_pass += 1
+            else:
+                assert op.proc is not None and op.proc.returncode == INJECTED_EXIT, "exited, but not after a write"
+                injected += 1
         else:
             op = OperatorProcess(control_plane.kubeconfig, tmp_path / "op.log", namespaces=[jobs.ns]).start()
-            time.sleep(rng.uniform(0.5, 3.0))
+            wait_until(lambda op=op: served_a_pass(op), 90, interval=0.05, what="the operator to serve a pass")
+            # Then at a random moment of what follows: the passes its own writes and the job's progress ask for.
+            time.sleep(rng.uniform(0.0, 1.5))
             op.kill()
+            killed_after_a_pass += 1
         kills += 1
         # Invariants after every crash: one cluster, attempts numbered 1..N without gaps or repeats.
         assert jobs.ray_names("rayclusters") in ([], ["geo"])
@@ -77,6 +108,8 @@ def test_killed_at_random_points_never_duplicates_and_converges(
         if kills >= 20 and jobs.status("geo").get("phase") not in ("Succeeded", "Failed"):
             with OperatorProcess(control_plane.kubeconfig, tmp_path / "final.log", namespaces=[jobs.ns]):
                 phases_until_done(jobs, "geo", timeout=120)
+    # Both kinds of crash happened: between two writes of a pass, and after at least one pass was served.
+    assert injected > 0 and killed_after_a_pass > 0, (injected, killed_after_a_pass)
     status = jobs.status("geo")
     assert status["phase"] == "Succeeded"
     assert jobs.ray_names("rayjobs") == ["geo-a1", "geo-a2"] and jobs.ray_names("rayclusters") == ["geo"]
