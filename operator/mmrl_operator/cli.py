@@ -16,6 +16,7 @@ import yaml
 
 from mmrl_api import validate_manifest
 from mmrl_api.constants import KIND
+from mmrl_operator.bounded_mlflow import DEFAULT_BUDGET, budget_seconds
 
 
 def _summary(job) -> str:  # type: ignore[no-untyped-def]
@@ -84,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     pl.add_argument("-o", "--output", default="reward.png", help="the PNG to write (default: reward.png)")
     pl.add_argument("--dir", default=None, help="read the TensorBoard files of this job directory (a mounted volume)")
     pl.add_argument("-n", "--namespace", default=None)
+    pl.add_argument(
+        "--timeout",
+        type=budget_seconds,
+        default=DEFAULT_BUDGET,
+        help=f"seconds for the whole read of the job's MLflow run, retries included (default: {DEFAULT_BUDGET:g})",
+    )
     ch = sub.add_parser("chat", help="ask a serving job's adapter one question (through its Service)")
     ch.add_argument("name")
     ch.add_argument("question")
@@ -116,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "plot":
         from mmrl_operator.plot_cli import plot_job
 
-        return plot_job(args.name, args.namespace, Path(args.output), Path(args.dir) if args.dir else None)
+        where = Path(args.dir) if args.dir else None
+        return plot_job(args.name, args.namespace, Path(args.output), where, args.timeout)
     if args.command == "chat":
         from mmrl_operator.chat_cli import main as chat
 

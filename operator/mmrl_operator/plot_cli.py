@@ -7,7 +7,8 @@ read from the first source reachable from here:
 2. the job's TensorBoard directory (status.tracking.tensorboard) when this machine sees the job's volume at the
    same path (the local cluster does);
 3. the job's MLflow run (status.tracking.mlflow), through spec.tracking.mlflow.trackingUri with this user's own
-   MLflow credentials (MLFLOW_TRACKING_USERNAME/_PASSWORD/_TOKEN), as `mlflow ui` would use them.
+   MLflow credentials (MLFLOW_TRACKING_USERNAME/_PASSWORD/_TOKEN), as `mlflow ui` would use them, within
+   `--timeout` seconds for the whole read (bounded_mlflow.py), after which it says why it gave up.
 TensorBoard's reader already drops what a failed attempt logged after the checkpoint its successor resumed from; for
 MLflow, which keeps every point, the newest value of a step wins, which is the same thing.
 Needs `pip install 'mmrl[plot]'` (Pillow, tensorboard, mlflow-skinny); the operator image does not carry them.
@@ -21,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_api import constants as c
+from mmrl_operator.bounded_mlflow import DEFAULT_BUDGET, Budget
 
 TRAIN, EVAL, FINAL = "reward", "eval_reward", "held_out_reward"
 ATTEMPT, RESUMED = "attempt", "resumed_from_step"
 TAGS = (TRAIN, EVAL, FINAL, ATTEMPT, RESUMED)
 Point = tuple[int, float, float]  # step, value, wall time
+READ_TIMEOUT = DEFAULT_BUDGET
+"""Seconds for the whole MLflow read of `mmrl plot` (`--timeout`)."""
 
 
 @dataclass
@@ -76,11 +80,16 @@ def from_tensorboard(directory: Path) -> Curves:
     return Curves(f"TensorBoard files in {directory}", points)
 
 
-def from_mlflow(tracking_uri: str, run_id: str) -> Curves:
+def from_mlflow(tracking_uri: str, run_id: str, timeout: float = READ_TIMEOUT) -> Curves:
+    """The run's curves, read within `timeout` seconds; TrackingReadError (a LookupError) with the cause if not."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    points = {t: [(m.step, m.value, m.timestamp / 1000) for m in client.get_metric_history(run_id, t)] for t in TAGS}
+    budget = Budget(f"MLflow run {run_id} at {tracking_uri}", timeout)
+    points: dict[str, list[Point]] = {}
+    for tag in TAGS:
+        history = budget.call(f"metric {tag!r}", lambda tag=tag: client.get_metric_history(run_id, tag))
+        points[tag] = [(m.step, m.value, m.timestamp / 1000) for m in history]
     return Curves(f"MLflow run {run_id} at {tracking_uri}", {t: p for t, p in points.items() if p})
 
 
@@ -90,7 +99,7 @@ def tensorboard_dir(path: Path) -> Path:
     return inside if inside.is_dir() else path
 
 
-def find_curves(job: dict[str, Any], directory: Path | None) -> Curves:
+def find_curves(job: dict[str, Any], directory: Path | None, timeout: float = READ_TIMEOUT) -> Curves:
     tracking = (job.get("status") or {}).get("tracking") or {}
     if directory is not None:
         return from_tensorboard(tensorboard_dir(directory))
@@ -99,7 +108,7 @@ def find_curves(job: dict[str, Any], directory: Path | None) -> Curves:
     mlflow_spec = ((job.get("spec") or {}).get("tracking") or {}).get("mlflow") or {}
     run = tracking.get("mlflow") or {}
     if run.get("runId") and mlflow_spec.get("trackingUri"):
-        return from_mlflow(mlflow_spec["trackingUri"], run["runId"])
+        return from_mlflow(mlflow_spec["trackingUri"], run["runId"], timeout)
     where = tracking.get("tensorboard") or "<jobDir>/tracking/tensorboard"
     raise LookupError(
         f"no tracking data reachable from here: the TensorBoard files are on the job's volume at {where} (mount it "
@@ -126,14 +135,17 @@ def draw(curves: Curves, out: Path, title: str) -> Path:
     )
 
 
-def plot(job: dict[str, Any], out: Path, directory: Path | None = None) -> tuple[Path, Curves]:
-    """Draw the job's curve from the first reachable source; LookupError when there is none."""
-    curves = find_curves(job, directory)
+def plot(
+    job: dict[str, Any], out: Path, directory: Path | None = None, timeout: float = READ_TIMEOUT
+) -> tuple[Path, Curves]:
+    """Draw the job's curve from the first reachable source; LookupError when there is none or it did not answer
+    within `timeout` seconds."""
+    curves = find_curves(job, directory, timeout)
     meta = job.get("metadata") or {}
     return draw(curves, out, f"{meta.get('namespace', '')}/{meta.get('name', '')}: reward"), curves
 
 
-def plot_job(name: str, namespace: str | None, out: Path, directory: Path | None) -> int:
+def plot_job(name: str, namespace: str | None, out: Path, directory: Path | None, timeout: float = READ_TIMEOUT) -> int:
     from kubernetes import client
 
     from mmrl_operator.kube import load_config
@@ -147,7 +159,7 @@ def plot_job(name: str, namespace: str | None, out: Path, directory: Path | None
         print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
         return 1
     try:
-        path, curves = plot(job, out, directory)
+        path, curves = plot(job, out, directory, timeout)
     except (LookupError, ImportError) as exc:
         hint = " (pip install 'mmrl[plot]')" if isinstance(exc, ImportError) else ""
         print(f"{namespace}/{name}: {exc}{hint}", file=sys.stderr)

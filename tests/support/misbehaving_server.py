@@ -12,6 +12,7 @@ process. MODEs:
 - ``huge``: ``HUGE`` bytes of JSON with a Content-Length that says so.
 - ``huge-chunked``: the same without a length, in chunks (the client cannot know the size up front).
 - ``unavailable``: 503 with a Kubernetes Status body, as the apiserver answers when a Service has no endpoints.
+- ``retry-after``: 503 asking the client to come back in an hour (``Retry-After: 3600``).
 - ``hold``: read the request and send nothing until ``release`` is set.
 """
 
@@ -48,6 +49,10 @@ def _answer(mode: str) -> tuple[bytes, bytes]:
     elif mode == "unavailable":
         body = json.dumps({"kind": "Status", "message": 'no endpoints available for service "geo-inference"'}).encode()
         return f"HTTP/1.1 503 Service Unavailable\r\nContent-Length: {len(body)}\r\n\r\n".encode(), body
+    elif mode == "retry-after":
+        body = b'{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "come back later"}'
+        head = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3600\r\nConnection: close\r\n"
+        return f"{head}Content-Length: {len(body)}\r\n\r\n".encode(), body
     else:
         body = b'{"object": "list", "data": [], "pad": "' + b"a" * 10_000 + b'"}'
     head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
