@@ -121,7 +121,7 @@ PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests for '$(1)' - failing" >&2; exit 1; fi; exit $$rc
 
 test: setup skyrl-venv mlflow-venv bins crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
-	$(call PYTEST,tests)
+	$(call PYTEST,tests --durations=25)
 
 test-unit: setup skyrl-venv mlflow-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
 	$(call PYTEST,tests/unit)
@@ -139,7 +139,7 @@ down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
 demo: bins kuberay mlflow-venv ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job
-	$(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze)
+	$(VPY) -m mmrl_local.leftovers -- $(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze)
 
 # Sizes of `make bench` (not part of `make test`): 30-45 minutes on 2 shared cores (+4.5 min to compile KubeRay
 # once); smaller: `make bench BENCH_JOBS=50 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.

@@ -48,7 +48,10 @@ class OperatorProcess:
             args.append("--standalone")
         for ns in self.namespaces:
             args += ["--namespace", ns]
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MMRL_RESYNC_SECONDS": "2", **self.extra_env}
+        # The operator's production timings (resync 30 s): a test or demo that needed a faster resync to pass would
+        # be hiding a broken watch. Callers that measure something else may still pass MMRL_RESYNC_SECONDS.
+        inherited = {k: v for k, v in os.environ.items() if k != "MMRL_RESYNC_SECONDS"}
+        env = {**inherited, "KUBECONFIG": str(self.kubeconfig), **self.extra_env}
         if self.identity:
             env["POD_NAME"] = self.identity
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -319,12 +319,22 @@ class Run:
 
     def provision(self) -> None:
         self.custom.create_namespaced_custom_object(*RAY, self.namespace, "rayclusters", cluster_body())
+        # Real Ray pods start in minutes on a loaded 2-core machine (each imports Ray, the head starts its GCS and
+        # dashboard): the bound is generous, and the message says where the pods were when it ran out.
         wait_until(
             lambda: raycluster_ready(self.get("rayclusters", CLUSTER)),
-            300 if self.real else 60,
+            480 if self.real else 60,
             interval=0.5,
-            what=f"RayCluster ready ({self.side})",
+            what=lambda: f"RayCluster ready ({self.side}); pods: {self.pod_phases()}",
         )
+
+    def pod_phases(self) -> dict[str, str]:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"ray.io/cluster={CLUSTER}").items
+        return {
+            p.metadata.name: f"{p.status.phase} on {p.spec.node_name}, ready "
+            + ",".join(str(bool(cs.ready)) for cs in p.status.container_statuses or [])
+            for p in pods
+        }
 
     # -- 1, 2. a Ray job that succeeds, one that exits 3 ---------------------------------------------------------
 

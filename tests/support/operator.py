@@ -14,7 +14,9 @@ from tests.support import polling
 __all__ = ["Jobs", "OperatorProcess", "phases_until_done", "wait_until"]
 
 
-def wait_until(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
+def wait_until(
+    pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str | Callable[[], str] = ""
+) -> Any:
     """Poll through transient API refusals (an object just created or being deleted) as well."""
     return polling.wait_until(pred, timeout, interval, what, retry_on=(client.exceptions.ApiException,))
 
@@ -48,6 +50,12 @@ class Jobs:
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
 
+    def poke_child(self, plural: str, name: str, value: str) -> None:
+        """Change an annotation on a KubeRay child: an event on it, which wakes its job's reconcile, and nothing
+        that the operator or KubeRay acts on."""
+        body = {"metadata": {"annotations": {"test.mmrl.dev/poke": value}}}
+        self.custom.patch_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, self.ns, plural, name, body)
+
     def ray(self, plural: str) -> list[dict[str, Any]]:
         return self.custom.list_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, self.ns, plural)["items"]
 
@@ -59,6 +67,12 @@ class Jobs:
         events of one pass tie; on this test apiserver resourceVersion is etcd's revision, which orders them."""
         items = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
         return [e.reason for e in sorted(items, key=lambda e: int(e.metadata.resource_version))]
+
+    def event_messages(self, name: str, reason: str) -> list[str]:
+        """Messages of the job's events with this reason, in the order they were created (as `events`)."""
+        items = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
+        ordered = sorted(items, key=lambda e: int(e.metadata.resource_version))
+        return [e.message for e in ordered if e.reason == reason]
 
     def condition(self, name: str, ctype: str) -> str | None:
         for cond in self.status(name).get("conditions") or []:

@@ -11,10 +11,11 @@ def wait_until(
     pred: Callable[[], Any],
     timeout: float = 30.0,
     interval: float = 0.2,
-    what: str = "",
+    what: str | Callable[[], str] = "",
     retry_on: tuple[type[BaseException], ...] = (),
 ) -> Any:
-    """Poll `pred`; exceptions in `retry_on` count as "not yet". Fails with the last value seen."""
+    """Poll `pred`; exceptions in `retry_on` count as "not yet". Fails with the last value seen, and `what` (a
+    callable `what` is asked only then, so it can describe the state the wait ran out in)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
@@ -25,5 +26,6 @@ def wait_until(
         if last:
             return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}; last value {last!r}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {said or pred}; last value {last!r}")
         time.sleep(interval)

@@ -1,0 +1,130 @@
+"""The operator wakes on its children's and its nodes' events, not on its resync.
+
+Every other cluster test runs the operator at its production resync (30 s), so a broken watch would slow them but
+might not fail them. Here the operator resyncs once an hour: each step below can only happen because a watch event
+woke the job, and each reaction must come within ``WAKE_SECONDS`` of the event that caused it. The bound is far
+below any resync and far above a pass on a loaded 2-core machine (tens of milliseconds; the KubeRay stand-in moves
+its statuses every 0.3 s).
+
+Events covered: the RayCluster becoming ready and the RayJob ending (children), a HyperPod health label on the node
+of a running Ray pod (node), the head pod deleted (pod), and the inference Deployment becoming available (child).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from mmrl_api import constants as c
+from mmrl_local import hyperpod as hp
+from mmrl_local.operator_process import OperatorProcess
+from tests.support.jobspecs import cluster_job
+from tests.support.operator import Jobs, wait_until
+
+pytestmark = pytest.mark.cluster
+
+WAKE_SECONDS = 10.0
+NO_RESYNC = {"MMRL_RESYNC_SECONDS": "3600"}
+
+
+@pytest.fixture
+def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> Iterator[OperatorProcess]:
+    with OperatorProcess(
+        control_plane.kubeconfig, tmp_path / "operator.log", namespaces=[namespace], env=NO_RESYNC
+    ) as op:
+        yield op
+
+
+def reacts(reaction: Callable[[], Any], what: str) -> Any:
+    """Require ``reaction`` within ``WAKE_SECONDS`` of now, the moment its event happened or was seen."""
+    seen = time.monotonic()
+    result = wait_until(reaction, WAKE_SECONDS, interval=0.1, what=f"{what}: the operator's reaction")
+    print(f"{what}: reacted {time.monotonic() - seen:.2f}s after the event")
+    return result
+
+
+def woke(event: Callable[[], Any], reaction: Callable[[], Any], what: str, event_timeout: float = 120) -> Any:
+    """Wait for ``event`` (however long the cluster takes), then require ``reaction`` within ``WAKE_SECONDS``."""
+    wait_until(event, event_timeout, interval=0.1, what=f"{what}: the event")
+    return reacts(reaction, what)
+
+
+def rayjob_status(jobs: Jobs, name: str) -> dict:
+    return next((r.get("status") or {} for r in jobs.ray("rayjobs") if r["metadata"]["name"] == name), {})
+
+
+def raycluster_state(jobs: Jobs) -> str | None:
+    return next(((r.get("status") or {}).get("state") for r in jobs.ray("rayclusters")), None)
+
+
+def attempt(jobs: Jobs, index: int) -> dict:
+    attempts = jobs.status("geo").get("attempts") or []
+    return attempts[index] if len(attempts) > index else {}
+
+
+def live_pod(core, ns: str, component: str):
+    pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}={component}").items
+    live = [p for p in pods if p.spec.node_name and not p.metadata.deletion_timestamp and p.status.phase == "Running"]
+    return live[0] if live else None
+
+
+def test_a_ready_raycluster_and_an_ended_rayjob_wake_the_job(jobs, operator, kuberay, hyperpod_nodes) -> None:
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a*", "succeed-after=1")
+    kuberay.script("geo-a1", "fail-after=2")  # the later script wins for the names both match
+    jobs.create(cluster_job("geo"))
+    woke(lambda: raycluster_state(jobs) == "ready", lambda: jobs.ray_names("rayjobs"), "RayCluster ready -> RayJob")
+    woke(
+        lambda: rayjob_status(jobs, "geo-a1").get("jobDeploymentStatus") == "Failed",
+        lambda: attempt(jobs, 0).get("result") == "Failed",
+        "RayJob failed -> attempt recorded",
+    )
+
+
+def test_a_health_label_on_a_ray_node_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    kuberay.script("geo-a*", "succeed-after=1")
+    kuberay.script("geo-a1", "hang")
+    jobs.create(cluster_job("geo"))
+    worker = wait_until(lambda: live_pod(core, jobs.ns, "ray-worker"), 90, what="a running worker")
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    hyperpod_nodes.set_health(worker.spec.node_name, hp.NodeHealth.PENDING_REBOOT)
+    reacts(lambda: jobs.condition("geo", "NodeFaults") == "True", "health label -> NodeFaults")
+
+
+def test_a_deleted_head_pod_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    kuberay.script("geo-a*", "succeed-after=1")
+    kuberay.script("geo-a1", "hang")
+    jobs.create(cluster_job("geo"))
+    head = wait_until(lambda: live_pod(core, jobs.ns, "ray-head"), 90, what="a running head")
+    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    core.delete_namespaced_pod(head.metadata.name, jobs.ns, grace_period_seconds=0)
+    reacts(lambda: attempt(jobs, 0).get("result") == "Stopped", "head pod deleted -> attempt stopped")
+
+
+def test_an_available_inference_deployment_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, api_client) -> None:
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    kuberay.script("geo-a1", "succeed-after=1")
+    job = cluster_job("geo", {"spec": {"inference": {"enabled": True, "servedModelName": "geo-lora"}}})
+    jobs.create(job)
+    apps = client.AppsV1Api(api_client)
+
+    def available() -> bool:
+        deps = apps.list_namespaced_deployment(jobs.ns).items
+        return bool(deps) and (deps[0].status.available_replicas or 0) >= 1
+
+    def past_deploying() -> bool:
+        cond = next((x for x in jobs.status("geo").get("conditions") or [] if x["type"] == "InferenceReady"), {})
+        return cond.get("reason") not in (None, "Deploying")
+
+    woke(available, past_deploying, "Deployment available -> InferenceReady past Deploying", event_timeout=150)
