@@ -1,0 +1,18 @@
+"""The per-group time table make test prints."""
+
+from __future__ import annotations
+
+from tests.support.group_times import group_of, table
+
+
+def test_a_test_belongs_to_the_folder_under_tests() -> None:
+    assert group_of("tests/cluster/test_faults.py::test_x[a/b]") == "tests/cluster"
+    assert group_of("tests/unit/operator/test_decide.py::test_y") == "tests/unit"
+    assert group_of("tests/test_top.py::test_z") == "tests/test_top.py"
+
+
+def test_the_table_sorts_by_time_and_adds_up() -> None:
+    rows = table({"tests/unit": 60.0, "tests/cluster": 180.0}, {"tests/unit": {"a", "b"}, "tests/cluster": {"c"}})
+    assert rows[1].split() == ["tests/cluster", "1", "3.0", "75%"]
+    assert rows[2].split() == ["tests/unit", "2", "1.0", "25%"]
+    assert rows[3].split() == ["all", "3", "4.0"]
