@@ -94,10 +94,11 @@ def stop_all() -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie."""
+    """True when ``pid`` exists and is not a zombie. A process that vanishes while its stat is read (the kernel
+    answers ENOENT, or ESRCH for one that is exiting) is gone."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):
         return False
     return state != "Z"
 
