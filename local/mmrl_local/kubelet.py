@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -30,12 +29,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
-from mmrl_local import images, podnet
+from mmrl_local import images, loops, podnet
 from mmrl_local.clock import micro_now, now_iso
 from mmrl_local.kubelet_logs import LogServer
 from mmrl_local.kubelet_pod import PodWorker, finish_delete
 
-log = logging.getLogger("mmrl_local.kubelet")
 LOG_ADDRESS = "127.0.0.1"  # the apiserver reaches the log endpoint here (test traffic stays on loopback)
 POD_RANGE = ipaddress.ip_network("10.244.128.0/17")  # kwok hands out podnet.KWOK_POD_CIDR, the other half
 LEASE_SECONDS = 40
@@ -159,13 +157,15 @@ class Kubelet:
     # -- the loop -------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync()
-            except Exception as err:  # an apiserver hiccup: the next pass reads everything again
-                log.warning("kubelet pass failed: %s", err)
-                self.errors.append(str(err))
-            self._stop.wait(self.poll)
+        # A pass that fails (an apiserver hiccup, or worse) is logged; the next pass reads everything again.
+        loops.run_passes(
+            "kubelet",
+            self.sync,
+            self._stop,
+            interval=self.poll,
+            backoff=self.poll,
+            on_error=lambda err: self.errors.append(str(err)),
+        )
 
     def sync(self) -> None:
         nodes = [self.api.sanitize_for_serialization(n) for n in self.core.list_node().items]

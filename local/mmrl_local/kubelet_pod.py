@@ -201,7 +201,10 @@ class PodWorker:
             with contextlib.suppress(Exception):
                 self._write_status()
         finally:
-            self._teardown()
+            try:
+                self._teardown()
+            except Exception:  # logged, not lost with the thread; the pod network removes what is left by name
+                log.exception("pod %s/%s: teardown failed", self.ns, self.name)
 
     def _sandbox(self) -> podnet.Sandbox | None:
         """The pod's network namespace; while a gone pod's namespace with the same IP is still being removed, wait

@@ -31,11 +31,12 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from mmrl_local import hyperpod as hp
-from mmrl_local import podnet, podrun, rest
+from mmrl_local import loops, podnet, podrun, rest
 from mmrl_local import standin_cluster as sc
 from mmrl_local import standin_job as sj
 from mmrl_local.clock import now_iso
@@ -143,31 +144,42 @@ class KubeRayStandIn:
     # -- loop --------------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                self.reconcile_once()
-            except Exception as err:  # the loop must survive API hiccups; the next pass retries
-                log.exception("reconcile pass failed")
-                self.errors.append(repr(err))
-            self._wake.wait(self.resync)
+        # The loop survives API hiccups (and anything else): the next pass reads everything again.
+        loops.run_passes(
+            "kuberay stand-in",
+            self._reconcile_pass,
+            self._stop,
+            interval=self.resync,
+            backoff=self.resync,
+            pause=self._wake.wait,
+            on_error=lambda err: self.errors.append(repr(err)),
+        )
+
+    def _reconcile_pass(self) -> None:
+        self._wake.clear()
+        self.reconcile_once()
 
     def _watch(self, kind: str) -> None:
-        while not self._stop.is_set():
-            try:
-                if kind in ("rayclusters", "rayjobs"):
-                    func, args = self.custom.list_cluster_custom_object, (*RAY, kind)
-                elif kind == "pods":
-                    func, args = self.core.list_pod_for_all_namespaces, ()
-                else:
-                    func, args = self.core.list_node, ()
-                kwargs = {"label_selector": "ray.io/cluster"} if kind == "pods" else {}
-                for _ in watch.Watch().stream(func, *args, timeout_seconds=5, **kwargs):
-                    self._wake.set()
-                    if self._stop.is_set():
-                        return
-            except Exception:  # CRDs not installed yet, apiserver restarting: retry shortly
-                self._stop.wait(1.0)
+        loops.run_passes(f"kuberay stand-in watch of {kind}", lambda: self._watch_once(kind), self._stop, interval=0.0)
+
+    def _watch_once(self, kind: str) -> None:
+        """Follow ``kind`` for a few seconds, waking the loop on every event."""
+        if kind in ("rayclusters", "rayjobs"):
+            func, args = self.custom.list_cluster_custom_object, (*RAY, kind)
+        elif kind == "pods":
+            func, args = self.core.list_pod_for_all_namespaces, ()
+        else:
+            func, args = self.core.list_node, ()
+        kwargs = {"label_selector": "ray.io/cluster"} if kind == "pods" else {}
+        try:
+            for _ in watch.Watch().stream(func, *args, timeout_seconds=5, **kwargs):
+                self._wake.set()
+                if self._stop.is_set():
+                    return
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+            # CRDs not installed yet, apiserver restarting: expected, so quiet; retry shortly.
+            log.debug("watch of %s: %s", kind, err)
+            self._stop.wait(1.0)
 
     def _list(self, path: str, label_selector: str | None = None) -> list[dict]:
         found = rest.items(self.api, path, label_selector)
