@@ -14,11 +14,12 @@ cluster: ``KUBERNETES_SERVICE_HOST``/``PORT`` name a relay on ``GATEWAY`` (``tcp
 kube-proxy) that forwards to the apiserver on loopback; the serving certificate carries ``GATEWAY``.
 
 Teardown is the kubelet's: a sandbox goes (its processes are stopped, then its namespace, veth and route) when its
-pod is deleted or terminating, when its node is deleted, and when the run stops. Every run registers itself under
-``REGISTRY`` with its owner's pid and start time before it creates anything, and names everything it creates after
-its run id, so ``remove_leftovers()`` (called by every control-plane start and by ``mmrl_local up``/``down``)
-removes what a SIGKILLed run left behind and never touches a live run's. Needs root (CAP_NET_ADMIN and
-CAP_SYS_ADMIN) and iproute2; ``unavailable_reason()`` says why not otherwise.
+pod is deleted or terminating, when its node is deleted, and when the run stops; a release that fails is logged and
+retried by the reaper's next pass, and the run's ``close()`` removes whatever is still named after it. Every run
+registers itself under ``REGISTRY`` with its owner's pid and start time before it creates anything, and names
+everything it creates after its run id, so ``remove_leftovers()`` (called by every control-plane start and by
+``mmrl_local up``/``down``) removes what a SIGKILLed run left behind and never touches a live run's. Needs root
+(CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; ``unavailable_reason()`` says why not otherwise.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from mmrl_local import procs
+from mmrl_local import loops, procs
 
 log = logging.getLogger("mmrl_local.podnet")
 
@@ -197,6 +198,18 @@ def _delete_netns(name: str, grace: float) -> None:
     ip("netns", "del", name, check=False)
 
 
+def _remove(things: list[tuple[str, str]], grace: float) -> list[str]:
+    """Remove ``(kind, name)`` namespaces and links: namespaces first (with their processes), then the bridge."""
+    removed = []
+    for kind, name in sorted(things, key=lambda t: t[0] != "netns"):
+        if kind == "netns":
+            _delete_netns(name, grace)
+        else:
+            ip("link", "del", name, check=False)
+        removed.append(name)
+    return removed
+
+
 def ours() -> dict[str, list[tuple[str, str]]]:
     """Every namespace and link on this machine named by a run: run id -> [(kind, name)]."""
     found: dict[str, list[tuple[str, str]]] = {}
@@ -219,14 +232,8 @@ def remove_leftovers() -> list[str]:
     live = live_runs()
     removed: list[str] = []
     for run, things in sorted(ours().items()):
-        if run in live:
-            continue
-        for kind, name in sorted(things, key=lambda t: t[0] != "netns"):  # namespaces first, then the bridge
-            if kind == "netns":
-                _delete_netns(name, grace=1.0)
-            else:
-                ip("link", "del", name, check=False)
-            removed.append(name)
+        if run not in live:
+            removed += _remove(things, grace=1.0)
     for entry in ip_json("netns", "list"):  # a probe of `unavailable_reason` whose process was killed mid-way
         probe = _PROBE.match(entry.get("name", ""))
         if probe and not procs.pid_alive(int(probe["pid"])):
@@ -384,6 +391,10 @@ class PodNetwork:
             self._retiring[box.ip] = box
         try:
             self._unplumb(box)
+        except BaseException:
+            with self._lock:  # still there: the reaper's next pass, or close(), tries again
+                self._sandboxes.setdefault(uid, box)
+            raise
         finally:
             with self._lock:
                 self._retiring.pop(box.ip, None)
@@ -404,16 +415,19 @@ class PodNetwork:
         return self
 
     def _reap_loop(self, core: client.CoreV1Api) -> None:
-        while not self._stop.wait(self.poll):
-            for box in self.sandboxes():
-                try:
-                    why = self._gone(core, box)
-                except Exception as err:  # an apiserver hiccup: look again next round
-                    log.debug("cannot check pod %s: %s", box.pod, err)
-                    continue
-                if why:
-                    log.info("pod %s: %s", box.pod, why)
-                    self.release(box.uid)
+        loops.run_passes("pod-network reaper", lambda: self.reap_once(core), self._stop, interval=self.poll)
+
+    def reap_once(self, core: client.CoreV1Api) -> None:
+        """One pass of the reaper: release every sandbox whose pod or node is gone."""
+        for box in self.sandboxes():
+            try:
+                why = self._gone(core, box)
+            except Exception as err:  # an apiserver hiccup: look again next round
+                log.debug("cannot check pod %s: %s", box.pod, err)
+                continue
+            if why:
+                log.info("pod %s: %s", box.pod, why)
+                self.release(box.uid)
 
     @staticmethod
     def _gone(core: client.CoreV1Api, box: Sandbox) -> str:
@@ -438,13 +452,21 @@ class PodNetwork:
         return ""
 
     def close(self) -> None:
-        """Remove every sandbox, the relay and the bridge, then the run's registry entry."""
+        """Remove every sandbox, the relay and the bridge, then whatever else is still named after this run (what a
+        release that failed left), then the run's registry entry."""
         self._stop.set()
         if self._reaper is not None:
             self._reaper.join(timeout=10)
         for box in self.sandboxes():
-            self.release(box.uid)
+            try:
+                self.release(box.uid)
+            except Exception:
+                log.exception("pod %s: its sandbox could not be released; removing it by name", box.pod)
         if self._forwarder is not None:
             procs.stop(self._forwarder, timeout=2.0)
         ip("link", "del", self.bridge, check=False)  # takes the pods' /32 routes with it
+        left = ours().get(self.run, [])
+        if left:
+            log.warning("run %s: removing what its sandboxes left behind: %s", self.run, [n for _, n in left])
+            _remove(left, self.grace)
         self.registry_file.unlink(missing_ok=True)
