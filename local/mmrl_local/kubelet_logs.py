@@ -34,6 +34,12 @@ def tail(data: bytes, lines: int | None) -> bytes:
     return b"".join(data.splitlines(keepends=True)[-lines:])
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A request whose handler raised: logged with its traceback (not printed to stderr); the server goes on."""
+        log.exception("log request from %s failed", client_address)
+
+
 class LogServer:
     def __init__(self, resolve: Resolver, workdir: Path, *, poll: float = 0.5) -> None:
         self.resolve, self.poll = resolve, poll
@@ -48,7 +54,7 @@ class LogServer:
             def do_GET(self) -> None:
                 server.handle(self)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)

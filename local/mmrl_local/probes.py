@@ -5,12 +5,16 @@ success and failure thresholds."""
 
 from __future__ import annotations
 
+import http.client
+import logging
 import socket
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("mmrl_local.probes")
 
 
 def run_exec(command: list[str], pid_one: int, env: dict[str, str], timeout: float) -> bool:
@@ -32,7 +36,9 @@ def run_http(get: dict[str, Any], pod_ip: str, ports: dict[str, int], timeout: f
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return 200 <= resp.status < 400
-    except OSError:
+    except http.client.InvalidURL:
+        raise  # the probe's path or host is wrong, not the server: ProbeState.check logs it
+    except (OSError, http.client.HTTPException):  # refused, timed out, or not HTTP that answered
         return False
 
 
@@ -75,6 +81,15 @@ class ProbeState:
         return self.verdict
 
     def check(self, pod_ip: str, pid_one: int | None, env: dict[str, str], ports: dict[str, int]) -> bool:
+        """Run the probe once; a probe that cannot even be run (a path or port the URL or socket refuses) fails,
+        as the kubelet counts it, and is logged: the pod's supervision goes on."""
+        try:
+            return self._run(pod_ip, pid_one, env, ports)
+        except Exception:
+            log.exception("probe %s could not be run; counted as a failure", self.spec)
+            return False
+
+    def _run(self, pod_ip: str, pid_one: int | None, env: dict[str, str], ports: dict[str, int]) -> bool:
         timeout = float(self.spec.get("timeoutSeconds") or 1)
         if "exec" in self.spec:
             return pid_one is not None and run_exec(self.spec["exec"]["command"], pid_one, env, timeout)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import sys
 
 CHUNK = 1 << 16
+log = logging.getLogger("mmrl_local.tcpforward")
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -40,8 +42,18 @@ async def _relay(host: str, port: int, client_r: asyncio.StreamReader, client_w:
     await asyncio.gather(_pipe(client_r, server_w), _pipe(server_r, client_w))
 
 
+async def _connection(host: str, port: int, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+    """One connection; whatever goes wrong with it is logged and ends only it: the relay serves the next."""
+    try:
+        await _relay(host, port, client_r, client_w)
+    except Exception:
+        log.exception("relay of a connection to %s:%s failed", host, port)
+        with contextlib.suppress(ConnectionError, OSError):
+            client_w.close()
+
+
 async def serve(listener: socket.socket, host: str, port: int) -> None:
-    server = await asyncio.start_server(lambda r, w: _relay(host, port, r, w), sock=listener)
+    server = await asyncio.start_server(lambda r, w: _connection(host, port, r, w), sock=listener)
     async with server:
         await server.serve_forever()
 
@@ -50,6 +62,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m mmrl_local.tcpforward FD HOST PORT", file=sys.stderr)
         return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     listener = socket.socket(fileno=int(argv[0]))
     asyncio.run(serve(listener, argv[1], int(argv[2])))
     return 0
