@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.support.cluster_fixtures",
     "tests.support.ci_strict",
     "tests.support.property_seed",
+    "tests.support.leftovers",  # a namespace, link or process the session left behind fails the run
     "pytester",
 ]
 

@@ -166,6 +166,14 @@ def _owner_alive(record: dict) -> bool:
     return isinstance(pid, int) and procs.pid_alive(pid) and _start_time(pid) == record.get("start")
 
 
+def run_record(run: str) -> dict | None:
+    """What the run registered (owner ``pid``, its ``start`` time, the ``mark`` of the run it belongs to), or None."""
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads((REGISTRY / f"{run}.json").read_text())
+        return record if isinstance(record, dict) else None
+    return None
+
+
 def live_runs() -> set[str]:
     """Run ids whose owning process is still the one that registered them."""
     live = set()
@@ -297,7 +305,8 @@ class PodNetwork:
         if reason is not None:
             raise PodNetError(f"pods cannot get network namespaces here: {reason}")
         REGISTRY.mkdir(parents=True, exist_ok=True)
-        self.registry_file.write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid())}))
+        owner = {"pid": os.getpid(), "start": _start_time(os.getpid()), "mark": os.environ.get(procs.RUN_MARK)}
+        self.registry_file.write_text(json.dumps(owner))
         try:
             ip("link", "add", self.bridge, "type", "bridge")
             ip("addr", "add", f"{GATEWAY}/32", "dev", self.bridge)

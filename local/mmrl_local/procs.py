@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+# The environment variable that marks a run (a test session, a demo): every process the run starts, pods included,
+# inherits it, so what a run left behind can be told from what other runs on the machine own (``leftovers``).
+RUN_MARK = "MMRL_RUN_MARK"
 _live: list[subprocess.Popen] = []
 _lock = threading.Lock()
 _handlers_installed = False

@@ -1,0 +1,144 @@
+"""``mmrl_local.leftovers`` finds what a run left behind, for real: a network namespace and an ``mm*`` link created
+after the run's snapshot, a registered pod network with the run's mark, a marked process in a mount namespace of its
+own (a pod's) and a marked apiserver relay (control plane); and not what another run owns or what was there before.
+``python -m mmrl_local.leftovers -- CMD`` (what ``make demo`` runs) fails when CMD left something."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mmrl_local import leftovers, podnet, procs
+from tests.support.polling import wait_until
+
+
+@pytest.fixture(autouse=True)
+def own_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests mark runs of their own; the session's mark is given back after each."""
+    monkeypatch.delenv(procs.RUN_MARK, raising=False)
+
+
+@pytest.fixture
+def network_names() -> Iterator[list[tuple[str, str]]]:
+    """(kind, name) of the namespaces and links a test creates; each is removed after it."""
+    reason = podnet.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    made: list[tuple[str, str]] = []
+    yield made
+    for kind, name in made:
+        if kind == "netns":
+            podnet.ip("netns", "del", name, check=False)
+        else:
+            podnet.ip("link", "del", name, check=False)
+
+
+def add_netns(made: list[tuple[str, str]], name: str) -> str:
+    made.append(("netns", name))
+    podnet.ip("netns", "add", name)
+    return name
+
+
+def add_link(made: list[tuple[str, str]], name: str) -> str:
+    made.append(("link", name))
+    podnet.ip("link", "add", name, "type", "bridge")  # no address, never up: nothing reaches it
+    return name
+
+
+def test_namespaces_and_links_made_after_the_snapshot_are_reported(network_names) -> None:
+    # Named as `unavailable_reason`'s probe of this (live) process: no other run's cleanup removes it meanwhile.
+    tag = secrets.token_hex(3)
+    earlier = add_netns(network_names, f"mmrl-probe-{os.getpid()}-old{tag}")
+    token, before = leftovers.mark(), leftovers.snapshot()
+    netns = add_netns(network_names, f"mmrl-probe-{os.getpid()}-new{tag}")
+    link = add_link(network_names, f"mmt{tag}")
+    found = leftovers.find_leftovers(token, before)
+    assert f"network namespace {netns}" in found and f"link {link}" in found
+    assert not any(earlier in line for line in found)  # there before the run: not the run's
+
+
+def test_a_registered_pod_network_counts_for_the_run_its_mark_names(network_names) -> None:
+    token = leftovers.mark()
+    mine, other = secrets.token_hex(3), secrets.token_hex(3)
+    owner = {"pid": os.getpid(), "start": podnet._start_time(os.getpid())}  # live: no cleanup takes them meanwhile
+    podnet.REGISTRY.mkdir(parents=True, exist_ok=True)
+    records = {run: podnet.REGISTRY / f"{run}.json" for run in (mine, other)}
+    records[mine].write_text(json.dumps({**owner, "mark": token}))
+    records[other].write_text(json.dumps({**owner, "mark": "another-run"}))
+    try:
+        ns_mine = add_netns(network_names, podnet.netns_name(mine, 0, "ns/pod"))
+        before = leftovers.snapshot()  # that it was there before does not matter: the registry says whose it is
+        ns_other = add_netns(network_names, podnet.netns_name(other, 0, "ns/pod"))
+        link_other = add_link(network_names, podnet.veth_name(other, 0))
+        found = leftovers.find_leftovers(token, before)
+        assert f"network namespace {ns_mine}" in found
+        assert not any(ns_other in line or link_other in line for line in found)
+    finally:
+        for record in records.values():
+            record.unlink(missing_ok=True)
+
+
+def marked_env(token: str) -> dict[str, str]:
+    return {**os.environ, procs.RUN_MARK: token}
+
+
+def test_pod_and_control_plane_processes_carrying_the_mark_are_reported(tmp_path: Path) -> None:
+    token = leftovers.mark()
+    os.environ.pop(procs.RUN_MARK)  # only the processes below carry it (`own_mark` gives the session's back)
+    pod = subprocess.Popen(["unshare", "--mount", "sleep", "60"], env=marked_env(token))
+    unmarked = subprocess.Popen(["unshare", "--mount", "sleep", "60"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    relay_argv = [sys.executable, "-m", "mmrl_local.tcpforward", str(listener.fileno()), "127.0.0.1", "1"]
+    relay = subprocess.Popen(relay_argv, env=marked_env(token), pass_fds=(listener.fileno(),))
+    listener.close()
+    try:
+        # `unshare` execs sleep once the namespace is made: wait for that, so the pid is the pod's process.
+        wait_until(lambda: os.readlink(f"/proc/{pod.pid}/exe").endswith("sleep"), 10, what="sleep in its namespace")
+        found = wait_until(lambda: len(leftovers.find_leftovers(token)) == 2 and leftovers.find_leftovers(token), 10)
+        assert any(line.startswith(f"pod process {pod.pid}: sleep 60") for line in found), found
+        assert any(line.startswith(f"control-plane process {relay.pid}:") for line in found), found
+        assert not any(str(unmarked.pid) in line for line in found)
+    finally:
+        for proc in (pod, unmarked, relay):
+            proc.kill()
+            proc.wait()
+    assert leftovers.find_leftovers(token) == []
+
+
+def run_checked(*command: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "mmrl_local.leftovers", "--", *command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_the_wrapper_passes_the_commands_status_through_when_nothing_is_left() -> None:
+    assert run_checked("true").returncode == 0
+    assert run_checked(sys.executable, "-c", "raise SystemExit(3)").returncode == 3
+
+
+LEAVES_A_RELAY = """
+import socket, subprocess, sys
+listener = socket.create_server(("127.0.0.1", 0))
+argv = [sys.executable, "-m", "mmrl_local.tcpforward", str(listener.fileno()), "127.0.0.1", "1"]
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # it must not hold the test's pipes open
+relay = subprocess.Popen(argv, pass_fds=(listener.fileno(),), start_new_session=True, **quiet)
+print(relay.pid, flush=True)
+"""
+
+
+def test_the_wrapper_fails_and_names_what_the_command_left_behind() -> None:
+    done = run_checked(sys.executable, "-c", LEAVES_A_RELAY)
+    pid = int(done.stdout.split()[0])
+    try:
+        assert done.returncode == 1, done.stderr
+        assert f"control-plane process {pid}:" in done.stderr and "left behind" in done.stderr
+    finally:
+        os.kill(pid, 9)
+    assert procs.wait_gone([pid]) == []
