@@ -91,6 +91,8 @@ def marked_env(token: str) -> dict[str, str]:
 
 
 def test_pod_and_control_plane_processes_carrying_the_mark_are_reported(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("not root: `unshare --mount` (a pod's own mount namespace) needs CAP_SYS_ADMIN")
     token = leftovers.mark()
     os.environ.pop(procs.RUN_MARK)  # only the processes below carry it (`own_mark` gives the session's back)
     pod = subprocess.Popen(["unshare", "--mount", "sleep", "60"], env=marked_env(token))
