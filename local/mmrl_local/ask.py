@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("question")
     args = parser.parse_args()
     uri = "data:image/png;base64," + base64.b64encode(args.image.read_bytes()).decode()
-    openai = OpenAI(base_url=args.base_url, api_key="unused", timeout=120)
+    openai = OpenAI(base_url=args.base_url, api_key="unused", timeout=120, max_retries=1)  # 2 tries: 4 min at most
     started = time.monotonic()
     reply = openai.chat.completions.create(
         model=args.model,

@@ -12,7 +12,9 @@ progress with the pod's ServiceAccount token. Once the trainer has written a che
 head goes through what HyperPod does to a failing instance (UnschedulablePendingReplacement → NotReady → deleted
 → a new instance joins): its pods' processes are killed and their namespaces removed, KubeRay recreates the head
 on the new node, the operator stops the attempt through KubeRay and the next one resumes from that checkpoint.
-The inference pod's init container and vLLM server run on a kubelet node too.
+The inference pod's init container and vLLM server run on a kubelet node too. The MLflow tracking server runs on a
+node kept for it, which no Ray pod tolerates, so the fault never takes it (mlflow_server.py); every read the summary
+makes of it has a time budget and, past it, says why it gave up.
 
 `Demo` is also what tests/e2e drives, with shorter settings, on the test session's control plane.
 """
@@ -20,6 +22,7 @@ The inference pod's init container and vLLM server run on a kubelet node too.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -32,14 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from mmrl_api import constants as c
-from mmrl_local import nodes, storage
+from mmrl_local import mlflow_server, nodes, storage
+from mmrl_operator.bounded_mlflow import TrackingReadError
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.logs_cli import NoHeadPod, read_logs
+from mmrl_operator.plot_cli import READ_TIMEOUT, from_mlflow
 from mmrl_operator.plot_cli import plot as plot_curves
 from mmrl_operator.status_cli import tracking_lines
 from mmrl_trainer import checkpoint as ckpt
@@ -50,6 +56,7 @@ EXAMPLE = REPO / "examples" / "local.yaml"
 # and at the end): the promotion gate of docs/serving.md, on the example job.
 PROMOTION_GATE = {"spec": {"inference": {"promoteWhen": {"beatsBaseline": True}}}}
 MODEL_ON_CLAIM = "models/tiny-qwen3-vl"  # where examples/local.yaml's pvc:// model URI points inside the claim
+ASK_TIMEOUT = 300  # seconds for the one question to vLLM (ask.py's client tries twice, 120 s each, then gives up)
 # `make demo MAZE=1` (`--maze`): a second job, examples/local.yaml turned into a multi-turn maze job (a merge patch,
 # so it is the same API and cluster settings), trained by the local backend's episode loop after the colour job;
 # the summary prints its held-out success before -> after. The settings are the ones bench/maze_learning.py
@@ -80,6 +87,11 @@ MAZE_JOB: dict[str, Any] = {
         "inference": {"enabled": False},
     },
 }
+
+
+def say_now(line: str) -> None:
+    """Print one line of the demo's progress at once, also when stdout is a pipe (`make demo | tee`)."""
+    print(line, flush=True)
 
 
 def job_document(overrides: dict[str, Any] | None = None, *, gate: bool = True) -> dict[str, Any]:
@@ -144,7 +156,9 @@ class Summary:
         lines.append(f"  adapter: {self.adapter_pod_dir} on the claim = {self.adapter_host_dir}")
         for line in tracking_lines(self.tracking):
             lines.append(f"  tracking {line.strip()}")
-        if self.mlflow:
+        if self.mlflow.get("error"):
+            lines.append(f"  MLflow run {self.mlflow.get('run_id')}: not read: {self.mlflow['error']}")
+        elif self.mlflow:
             ml = self.mlflow
             lines.append(
                 f"  MLflow run {ml['run_id']}: reward at steps {ml['reward_steps'][0]}..{ml['reward_steps'][-1]} "
@@ -152,7 +166,11 @@ class Summary:
             )
         if self.plot:
             lines.append(f"  reward curve (mmrl plot {self.name}): {self.plot} from {self.plot_source}")
-        if self.served:
+        if self.served.get("error"):
+            lines.append(
+                f"  serving: {self.served['model']} at {self.served['url']}; asking it failed: {self.served['error']}"
+            )
+        elif self.served:
             sv = self.served
             lines.append(
                 f"  serving: {sv['model']} (adapter on {sv['base_model']}) at {sv['url']}; InferenceReady "
@@ -177,9 +195,14 @@ class Demo:
         out_dir: Path,
         overrides: dict[str, Any] | None = None,
         gate: bool = True,
-        say: Callable[[str], None] = print,
+        say: Callable[[str], None] = say_now,
+        mlflow: bool = False,
         mlflow_node: str | None = None,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
+        """`mlflow`: run an MLflow tracking server for the job, on the node kept for tracking
+        (mlflow_server.create_node) or, with `mlflow_node`, pinned to that node. `read_timeout`: seconds for each of
+        the summary's reads of the MLflow server, retries included."""
         self.api, self.core = api, client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.kubectl, self.kubeconfig = kubectl, kubeconfig
@@ -198,8 +221,8 @@ class Demo:
         self.inference: Any = None
         self.submissions: dict[str, str] = {}  # RayJob name -> the Ray submission id KubeRay gave it
         self.checkpoint_at_fault = 0
-        self.mlflow_node = mlflow_node  # where an MLflow tracking server runs for the job (None: no MLflow)
-        self.mlflow_url = ""  # the server's pod address, which this machine reaches
+        self.mlflow, self.mlflow_node, self.read_timeout = mlflow, mlflow_node, read_timeout
+        self.mlflow_store = volume_dir.parent / "mlflow-store"  # the server's runs, on a claim of their own
 
     # --- setup -----------------------------------------------------------------------------------------------
 
@@ -218,12 +241,10 @@ class Demo:
         self.say(f"claim {self.ns}/{self.claim} -> {self.volume_dir} (base model at {MODEL_ON_CLAIM})")
 
     def start_mlflow(self, timeout: float = 300) -> None:
-        """An MLflow tracking server in the job's namespace (local/mmrl_local/mlflow_server.py), and the job's
-        spec.tracking.mlflow pointing at its Service; returns once its /health answers (readiness probe)."""
-        from mmrl_local import mlflow_server
-        from mmrl_local.kubelet import running_pod
-
-        assert self.mlflow_node is not None
+        """An MLflow tracking server in the job's namespace (local/mmrl_local/mlflow_server.py), its store on a claim
+        of its own, and the job's spec.tracking.mlflow pointing at its Service; returns once its /health answers
+        (readiness probe)."""
+        storage.create_hostpath_claim(self.core, self.ns, mlflow_server.STORE_CLAIM, self.mlflow_store)
         apps = client.AppsV1Api(self.api)
         for obj in mlflow_server.manifests(self.ns, self.mlflow_node):
             try:
@@ -237,18 +258,39 @@ class Demo:
         uri = mlflow_server.tracking_uri(self.ns)
         self.doc["spec"]["tracking"] = {"mlflow": {"trackingUri": uri, "experiment": "mmrl-demo"}}
         deadline = time.monotonic() + timeout
-        while True:
-            pod = running_pod(self.core, self.ns, f"app.kubernetes.io/name={mlflow_server.NAME}")
-            conditions = (pod or {}).get("status", {}).get("conditions") or []
-            if any(x["type"] == "Ready" and x["status"] == "True" for x in conditions):
-                break
+        while (pod := self.mlflow_pod()) is None:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the MLflow server was not ready within {timeout:.0f}s")
+                raise TimeoutError(f"the MLflow server was not ready within {timeout:.0f}s: {self.mlflow_state()}")
             time.sleep(1)
-        assert pod is not None
-        self.mlflow_url = f"http://{pod['status']['podIP']}:{mlflow_server.PORT}"
         self.timings["MLflow server ready"] = time.monotonic() - self.started
-        self.say(f"MLflow tracking server {uri} ready (pod {pod['metadata']['name']} on {self.mlflow_node})")
+        node = pod["spec"]["nodeName"]
+        where = "pinned there" if self.mlflow_node else "the node kept for tracking, which no Ray pod tolerates"
+        self.say(
+            f"MLflow tracking server {uri} ready (pod {pod['metadata']['name']} on {node}, {where}; runs in "
+            f"{self.mlflow_store} on claim {mlflow_server.STORE_CLAIM}, kept when the pod restarts)"
+        )
+
+    def mlflow_pod(self) -> dict[str, Any] | None:
+        """The MLflow server's pod if one runs and is Ready now (its address changes when it is recreated)."""
+        from mmrl_local.kubelet import running_pod
+
+        pod = running_pod(self.core, self.ns, mlflow_server.SELECTOR)
+        conditions = (pod or {}).get("status", {}).get("conditions") or []
+        return pod if any(x["type"] == "Ready" and x["status"] == "True" for x in conditions) else None
+
+    def mlflow_state(self) -> str:
+        """Where the MLflow server's pods are and why none serves: what the summary says when it cannot read it."""
+        pods = self.core.list_namespaced_pod(self.ns, label_selector=mlflow_server.SELECTOR).items
+        if not pods:
+            return "no MLflow server pod"
+        states = []
+        for p in pods:
+            waiting = next(
+                (f": {x.reason} {x.message or ''}".rstrip() for x in p.status.conditions or [] if x.status != "True"),
+                "",
+            )
+            states.append(f"pod {p.metadata.name} {p.status.phase} on {p.spec.node_name or 'no node'}{waiting}")
+        return "; ".join(states)
 
     def apply_job(self) -> None:
         manifest = self.out_dir / f"{self.name}.yaml"
@@ -345,6 +387,13 @@ class Demo:
 
     def replace_trainer_node(self) -> str:
         old = self.trainer_node()
+        mlflow_pod = self.mlflow_pod() if self.mlflow else None
+        if mlflow_pod and mlflow_pod["spec"]["nodeName"] == old:
+            # Only where the server was pinned next to the head: on its own node no Ray pod can join it.
+            self.say(
+                f"the MLflow server (pod {mlflow_pod['metadata']['name']}) runs on {old} too and goes down with it: "
+                "its runs stay on their claim, and the summary reads them only if a new pod serves them"
+            )
         self.say(f"HyperPod: {old} -> {c.HEALTH_PENDING_REPLACEMENT}, NotReady, deleted; a new instance joins")
         new = nodes.replace_node(self.core, old)
         self.fault = f"{old} replaced by {new}"
@@ -383,10 +432,11 @@ class Demo:
         # `mmrl plot NAME --dir <the job directory on the claim>`: the curve from the TensorBoard files.
         on_claim = self.host_dir(st["jobDir"]) if st.get("jobDir") else None
         try:
-            plot, curves = plot_curves(job, self.out_dir / "reward-curve.png", on_claim)
+            plot, curves = plot_curves(job, self.out_dir / "reward-curve.png", on_claim, self.read_timeout)
             plot_source = f"{curves.source}; attempts {[a for a, _, _ in curves.attempt_starts()]}"
-        except LookupError as exc:
+        except LookupError as exc:  # TrackingReadError too: an MLflow server that did not answer in time
             plot, plot_source = None, str(exc)
+            self.say(f"mmrl plot {self.name}: {exc}")
         mlflow_run = self.mlflow_run(st)
         pod_adapter = f"{st.get('jobDir', '')}/adapter"
         gate = next((c for c in st.get("conditions") or [] if c.get("type") == "Promoted"), None)
@@ -414,13 +464,21 @@ class Demo:
         )
 
     def mlflow_run(self, st: dict[str, Any]) -> dict[str, Any]:
-        """The job's MLflow run as the server holds it, read with `mmrl plot`'s MLflow reader; {} without one."""
+        """The job's MLflow run as the server holds it, read with `mmrl plot`'s MLflow reader within
+        `read_timeout`; {} without one, and the cause under "error" when the server is not there or gave no answer."""
         run_id = ((st.get("tracking") or {}).get("mlflow") or {}).get("runId")
-        if not (self.mlflow_url and run_id):
+        if not (self.mlflow and run_id):
             return {}
-        from mmrl_operator.plot_cli import from_mlflow
-
-        curves = from_mlflow(self.mlflow_url, run_id)
+        pod = self.mlflow_pod()
+        if pod is None:
+            error = f"no MLflow server is serving ({self.mlflow_state()})"
+            self.say(f"MLflow run {run_id}: {error}")
+            return {"run_id": run_id, "error": error}
+        try:
+            curves = from_mlflow(f"http://{pod['status']['podIP']}:{mlflow_server.PORT}", run_id, self.read_timeout)
+        except TrackingReadError as exc:
+            self.say(str(exc))
+            return {"run_id": run_id, "error": str(exc)}
         return {
             "run_id": run_id,
             "reward_steps": [s for s, _ in curves.series("reward")],
@@ -432,8 +490,11 @@ class Demo:
     def attempt_logs(self, attempts: list[dict[str, Any]]) -> dict[int, list[str]]:
         """What `mmrl logs` prints for each attempt (through the head pod's trainer-log container)."""
         try:
-            return {a["index"]: list(read_logs(self.api, self.ns, self.name, a["index"])) for a in attempts}
-        except (NoHeadPod, ApiException) as err:
+            return {
+                a["index"]: list(read_logs(self.api, self.ns, self.name, a["index"], timeout=self.read_timeout))
+                for a in attempts
+            }
+        except (NoHeadPod, ApiException, urllib3.exceptions.HTTPError) as err:
             self.say(f"mmrl logs: {err}")
             return {}
 
@@ -466,9 +527,6 @@ class Demo:
         port = int(vllm["ports"][0]["containerPort"])
         base_url = f"http://{pod['status']['podIP']}:{port}/v1"
         cmd = [str(ensure() / "python"), str(ask), "--base-url", base_url, "--model", inference["model"]]
-        reply = json.loads(
-            subprocess.run([*cmd, "--image", str(image), QUESTION], capture_output=True, text=True, check=True).stdout
-        )
         self.inference = pod
         self.served = {
             "model": inference["model"],
@@ -480,14 +538,26 @@ class Demo:
             "ready_seconds": time.monotonic() - trained_at,
             "image": image.name,
             "question": QUESTION,
-            "answer": reply["answer"],
-            "answer_seconds": reply["seconds"],
         }
+        try:
+            asked = subprocess.run(
+                [*cmd, "--image", str(image), QUESTION], capture_output=True, text=True, timeout=ASK_TIMEOUT
+            )
+        except subprocess.TimeoutExpired:
+            self.served["error"] = f"no answer within {ASK_TIMEOUT}s"
+        else:
+            if asked.returncode == 0:
+                reply = json.loads(asked.stdout)
+                self.served.update(answer=reply["answer"], answer_seconds=reply["seconds"])
+            else:
+                self.served["error"] = f"ask.py exited {asked.returncode}: {asked.stderr.strip()[-1000:]}"
+        if "error" in self.served:
+            self.say(f"asking {base_url} failed: {self.served['error']}")
         return self.served
 
     def run(self, *, fault: bool = True, timeout: float = 900) -> Summary:
         self.prepare_volume()
-        if self.mlflow_node:
+        if self.mlflow:
             self.start_mlflow()
         self.apply_job()
         if fault:
@@ -509,6 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the control plane up until Ctrl-C")
     parser.add_argument("--maze", action="store_true", help="then train a second job on the tiny maze (MAZE_JOB)")
     args = parser.parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, also into a pipe
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")  # and the same for the processes the demo starts
 
     from mmrl_local import build
     from mmrl_local.controlplane import ControlPlane
@@ -545,8 +618,11 @@ def main(argv: list[str] | None = None) -> int:
         ):
             head = nodes.create_cpu_node(core, kubelet=True)
             gpus = nodes.create_gpu_nodes(core, 2, kubelet=True)
-            print(f"HyperPod nodes run by the local kubelet: {head} (controller), {', '.join(gpus)} (ml.p5.48xlarge)")
-            # The MLflow server goes where the demo's fault (the Ray head's node) does not: the spare GPU node.
+            tracking = mlflow_server.create_node(core)
+            print(
+                f"HyperPod nodes run by the local kubelet: {head} (controller), {', '.join(gpus)} (ml.p5.48xlarge), "
+                f"{tracking} (kept for the MLflow server: no Ray pod tolerates its taint {mlflow_server.ROLE_LABEL})"
+            )
             print(f"operator running (log {out / 'operator.log'})")
             print(
                 f"KubeRay {build.KUBERAY_VERSION} running (log {out / 'kuberay.log'}); pods and logs in {out / 'pods'}"
@@ -558,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
                 namespace="default",
                 volume_dir=work / "fsx",
                 out_dir=out,
-                mlflow_node=gpus[-1],
+                mlflow=True,
             )
             demo.timings["control plane up (from the start)"] = control_plane_up
             summary = demo.run(fault=not args.no_fault)
@@ -601,5 +677,4 @@ def maze_success_line(name: str, phase: str, records: list[dict[str, Any]]) -> s
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

@@ -3,8 +3,14 @@
 The trainer reaches it the way it would on a cluster: `http://mlflow.<namespace>.svc:5000` from its pod's own
 network namespace (the kubelet's /etc/hosts stands in for cluster DNS). The image is MLflow's own; locally it is
 the MLflow venv `make mlflow-venv` builds (MMRL_MLFLOW_PYTHON), as the trainer image is this checkout's venv.
-The server pins itself to one node the demo's fault leaves alone, keeps its runs in the pod's /tmp (sqlite) and
-allows the Host headers the Service's names and pod IPs carry (MLflow 3 refuses other ones).
+
+Where it runs: on a node kept for tracking (`create_node`), which carries the taint `TAINT` that only this server
+tolerates, so no Ray pod and no inference pod can be scheduled there. The demo's fault replaces the Ray head's node,
+which therefore is never this one, whatever the scheduler decides (a spare node chosen before the job was applied
+was not enough: the scheduler put the Ray head there too, and the replacement took the server with it).
+Its runs: a sqlite store and artifacts on a claim of their own (`STORE_CLAIM`, a hostPath volume on this machine),
+so a restarted or rescheduled pod comes back with every run. It allows the Host headers the Service's names and
+pod IPs carry (MLflow 3 refuses other ones).
 """
 
 from __future__ import annotations
@@ -13,10 +19,18 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
+from mmrl_local import nodes
 from mmrl_local.etchosts import service_names
 
 IMAGE = "ghcr.io/mlflow/mlflow:v3.17.0"
 NAME, PORT = "mlflow", 5000
+SELECTOR = f"app.kubernetes.io/name={NAME}"
+ROLE_LABEL, ROLE = "mmrl.dev/dedicated", "tracking"
+TAINT = {"key": ROLE_LABEL, "value": ROLE, "effect": "NoSchedule"}
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+STORE_CLAIM, STORE_PATH = "mlflow-store", "/mlflow"
 
 
 def is_mlflow(image: str) -> bool:
@@ -34,16 +48,37 @@ def tracking_uri(namespace: str) -> str:
     return f"http://{NAME}.{namespace}.svc:{PORT}"
 
 
-def manifests(namespace: str, node: str) -> list[dict[str, Any]]:
+def create_node(core: client.CoreV1Api, *, kubelet: bool = True) -> str:
+    """Join the node kept for tracking (a CPU instance, `ROLE_LABEL`, tainted with `TAINT`); returns its name."""
+    name = nodes.new_node_name()
+    body = nodes.node_body(
+        name,
+        instance_group=ROLE,
+        instance_type=nodes.CPU_INSTANCE_TYPE,
+        capacity=nodes.CPU_CAPACITY,
+        labels={ROLE_LABEL: ROLE},
+        kubelet=kubelet,
+    )
+    body["spec"] = {"taints": [dict(TAINT)]}
+    core.create_node(body)
+    nodes.wait_ready(core, name)
+    return name
+
+
+def manifests(namespace: str, node: str | None = None) -> list[dict[str, Any]]:
+    """The Deployment and Service. The pod goes to the node kept for tracking; `node` pins it to that one node by
+    name instead (tests that force it next to the Ray head do)."""
     labels = {"app.kubernetes.io/name": NAME}
     hosts = [f"{name}:*" for name in service_names(NAME, namespace)] + ["10.*", "localhost:*", "127.0.0.1:*"]
     server = [
         *("mlflow", "server", "--host", "0.0.0.0", "--port", str(PORT), "--workers", "1"),
-        *("--backend-store-uri", "sqlite:////tmp/mlflow.db", "--artifacts-destination", "/tmp/mlartifacts"),
+        *("--backend-store-uri", f"sqlite:///{STORE_PATH}/mlflow.db"),
+        *("--artifacts-destination", f"{STORE_PATH}/artifacts"),
         *("--allowed-hosts", ",".join(hosts)),
     ]
     pod = {
-        "nodeSelector": {"kubernetes.io/hostname": node},
+        "nodeSelector": {HOSTNAME_LABEL: node} if node else {ROLE_LABEL: ROLE},
+        "tolerations": [{**TAINT, "operator": "Equal"}],
         "containers": [
             {
                 "name": NAME,
@@ -53,8 +88,10 @@ def manifests(namespace: str, node: str) -> list[dict[str, Any]]:
                 "ports": [{"name": "http", "containerPort": PORT}],
                 "readinessProbe": {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 2},
                 "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                "volumeMounts": [{"name": "store", "mountPath": STORE_PATH}],
             }
         ],
+        "volumes": [{"name": "store", "persistentVolumeClaim": {"claimName": STORE_CLAIM}}],
     }
     return [
         {
@@ -63,6 +100,8 @@ def manifests(namespace: str, node: str) -> list[dict[str, Any]]:
             "metadata": {"name": NAME, "namespace": namespace, "labels": labels},
             "spec": {
                 "replicas": 1,
+                # One server at a time on the sqlite store: the old pod goes before a new one starts.
+                "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": labels},
                 "template": {"metadata": {"labels": labels}, "spec": pod},
             },

@@ -55,9 +55,11 @@ class NoHeadPod(RuntimeError):
     pass
 
 
-def read_logs(api: Any, namespace: str, name: str, attempt: int | None, follow: bool = False) -> Iterator[str]:
+def read_logs(
+    api: Any, namespace: str, name: str, attempt: int | None, follow: bool = False, timeout: float | None = None
+) -> Iterator[str]:
     """The job's trainer log lines (see `pick`) from its head pod's `trainer-log` container; NoHeadPod says where the
-    files lie when no head pod runs."""
+    files lie when no head pod runs. `timeout` bounds each try of the (not followed) log read, in seconds."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -76,7 +78,8 @@ def read_logs(api: Any, namespace: str, name: str, attempt: int | None, follow: 
             pod, namespace, container=ATTEMPT_LOG_CONTAINER, follow=True, _preload_content=False
         )
         return pick(stream_lines(resp.stream()), attempt)
-    return pick(core.read_namespaced_pod_log(pod, namespace, container=ATTEMPT_LOG_CONTAINER).splitlines(), attempt)
+    text = core.read_namespaced_pod_log(pod, namespace, container=ATTEMPT_LOG_CONTAINER, _request_timeout=timeout)
+    return pick(text.splitlines(), attempt)
 
 
 def show_logs(name: str, namespace: str | None, attempt: int | None, follow: bool, out: TextIO = sys.stdout) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import build, podnet
+from mmrl_local import build, mlflow_server, podnet
 from mmrl_local.demo import Demo
 from mmrl_operator.chat_cli import ask
 from mmrl_operator.logs_cli import read_logs
@@ -48,10 +48,16 @@ def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_w
     control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator, tmp_path
 ) -> None:
     hyperpod_nodes.cpu(kubelet=True)
-    gpus = hyperpod_nodes.gpu(2, kubelet=True)
-    d = demo(control_plane, api_client, namespace, tmp_path, SHORT, mlflow_node=gpus[-1])
+    hyperpod_nodes.gpu(2, kubelet=True)
+    tracking = mlflow_server.create_node(hyperpod_nodes.core)  # as `make demo` does: the MLflow server's own node
+    hyperpod_nodes.names.append(tracking)
+    d = demo(control_plane, api_client, namespace, tmp_path, SHORT, mlflow=True)
     summary = d.run(fault=True, timeout=900)
     hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
+    # The fault took the Ray head's node, never the MLflow server's, which still serves from its own node.
+    server = d.mlflow_pod()
+    assert server is not None and server["spec"]["nodeName"] == tracking
+    assert not summary.fault.startswith(tracking) and "error" not in summary.mlflow, summary.mlflow
     assert_trained(d, api_client, namespace, summary)
     assert_ran_on_real_ray(d, api_client, namespace, summary)
     assert_served(d, api_client, namespace, summary, tmp_path, real_ray, control_plane.pod_network)
