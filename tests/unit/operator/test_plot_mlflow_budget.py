@@ -14,7 +14,7 @@ import pytest
 from mmrl_local.controlplane import free_port
 from mmrl_operator.bounded_mlflow import SMALLEST_BUDGET, TRIES, TrackingReadError, budget_seconds, request_env
 from mmrl_operator.cli import main as mmrl
-from mmrl_operator.plot_cli import from_mlflow
+from mmrl_operator.plot_cli import find_curves, from_mlflow
 from tests.support.misbehaving_server import start
 
 pytest.importorskip("mlflow")
@@ -78,3 +78,12 @@ def test_mmrl_plot_takes_a_timeout_that_fits_at_least_one_request(capsys: pytest
     with pytest.raises(SystemExit):
         mmrl(["plot", "geo", "--timeout", "3"])
     assert f"--timeout: 3: at least {SMALLEST_BUDGET} seconds" in capsys.readouterr().err
+
+
+def test_the_budget_reaches_the_mlflow_read_when_the_curve_comes_from_the_jobs_run() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    job = {"spec": {"tracking": {"mlflow": {"trackingUri": url}}}, "status": {"tracking": {"mlflow": {"runId": "r9"}}}}
+    with pytest.raises(
+        LookupError, match=rf"MLflow run r9 at {url}: gave up reading metric 'reward' after .* 9s budget"
+    ):
+        find_curves(job, None, timeout=9)
