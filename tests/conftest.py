@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.support.ci_strict",
     "tests.support.property_seed",
     "tests.support.leftovers",  # a namespace, link or process the session left behind fails the run
+    "tests.support.group_times",  # the time each test group took, at the end of the run
     "pytester",
 ]
 
