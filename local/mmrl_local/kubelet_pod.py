@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -386,3 +387,7 @@ class PodWorker:
                 self._stop.set()
             else:
                 log.warning("pod %s/%s: status not written: %s", self.ns, self.name, err.reason)
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            # The apiserver is restarting or the connection dropped: the pod runs on, and since the last status is
+            # not marked written, the next pass writes it again.
+            log.warning("pod %s/%s: status not written, will retry: %r", self.ns, self.name, err)
