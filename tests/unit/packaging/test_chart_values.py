@@ -49,7 +49,7 @@ def test_chart_app_version_is_the_project_version() -> None:
     assert VALUES["image"]["tag"] == ""  # the image tag follows appVersion unless overridden
 
 
-def test_values_ports_are_the_ports_the_operator_image_exposes() -> None:
+def test_values_ports_are_the_ports_the_operator_dockerfile_exposes() -> None:
     dockerfile = (ROOT / "docker" / "operator.Dockerfile").read_text()
     exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", dockerfile, re.M).group(1).split()}
     assert set(VALUES["ports"].values()) == exposed

@@ -126,7 +126,7 @@ def pinning_problems(instructions: list[Instruction]) -> list[str]:
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_every_image_is_pinned_by_tag_and_never_to_latest(dockerfile: Path) -> None:
+def test_every_base_image_a_dockerfile_names_is_pinned_by_tag_and_never_to_latest(dockerfile: Path) -> None:
     instructions = parse(dockerfile)
     assert _external_images(instructions), f"{dockerfile.name} pulls no image"
     assert pinning_problems(instructions) == []
@@ -144,7 +144,7 @@ def test_every_image_is_pinned_by_tag_and_never_to_latest(dockerfile: Path) -> N
     ],
     ids=["untagged", "latest", "untagged-registry", "build-arg", "copy-from-latest", "mount-from-untagged"],
 )
-def test_an_unpinned_image_is_reported(tmp_path: Path, text: str) -> None:
+def test_an_unpinned_base_image_in_a_dockerfile_is_reported(tmp_path: Path, text: str) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(text)
     assert pinning_problems(parse(dockerfile))
@@ -202,7 +202,7 @@ def user_problems(instructions: list[Instruction]) -> list[str]:
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_the_image_runs_as_a_numeric_non_root_user_with_exec_form_commands(dockerfile: Path) -> None:
+def test_the_dockerfile_sets_a_numeric_non_root_user_and_exec_form_commands(dockerfile: Path) -> None:
     assert user_problems(parse(dockerfile)) == []
 
 
@@ -227,13 +227,13 @@ def test_the_image_runs_as_a_numeric_non_root_user_with_exec_form_commands(docke
         "user-in-an-earlier-stage",
     ],
 )
-def test_a_root_or_shell_form_image_is_reported(tmp_path: Path, text: str) -> None:
+def test_a_root_or_shell_form_dockerfile_is_reported(tmp_path: Path, text: str) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(text)
     assert user_problems(parse(dockerfile))
 
 
-def test_the_operator_image_starts_the_operator() -> None:
+def test_the_operator_dockerfile_entrypoint_starts_the_operator() -> None:
     entrypoints = [ins for ins in parse(OPERATOR) if ins.keyword == "ENTRYPOINT"]
     assert len(entrypoints) == 1
     assert _exec_form(entrypoints[0].args) in (
@@ -242,12 +242,12 @@ def test_the_operator_image_starts_the_operator() -> None:
     ), entrypoints[0].args
 
 
-def test_the_operator_image_exposes_metrics_and_liveness_ports() -> None:
+def test_the_operator_dockerfile_exposes_metrics_and_liveness_ports() -> None:
     exposed = {port for ins in parse(OPERATOR) if ins.keyword == "EXPOSE" for port in ins.args.split()}
     assert {"9090", "8080"} <= {port.split("/")[0] for port in exposed}
 
 
-def test_the_trainer_image_leaves_the_container_command_to_kuberay() -> None:
+def test_the_trainer_dockerfile_leaves_the_container_command_to_kuberay() -> None:
     # KubeRay sets the Ray container's command (`ray start ...`); an ENTRYPOINT here would wrap it.
     keywords = [ins.keyword for ins in parse(TRAINER)]
     assert "ENTRYPOINT" not in keywords and "CMD" not in keywords
@@ -288,7 +288,7 @@ def copy_problems(instructions: list[Instruction], allowed: set[str]) -> list[st
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_each_image_holds_only_its_own_package_and_the_shared_api(dockerfile: Path) -> None:
+def test_each_dockerfile_copies_only_its_own_package_and_the_shared_api(dockerfile: Path) -> None:
     assert copy_problems(parse(dockerfile), IMAGE_CONTENT[dockerfile]) == []
 
 
@@ -303,7 +303,7 @@ def test_each_image_holds_only_its_own_package_and_the_shared_api(dockerfile: Pa
     ],
     ids=["context", "trainer-dir", "trainer-package", "trainer-module", "local"],
 )
-def test_an_operator_image_with_other_code_is_reported(tmp_path: Path, copy: str) -> None:
+def test_an_operator_dockerfile_copying_other_code_is_reported(tmp_path: Path, copy: str) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(
         "FROM python:3.12.16-slim\nCOPY api/mmrl_api/ /opt/mmrl/mmrl_api/\n"
@@ -312,7 +312,7 @@ def test_an_operator_image_with_other_code_is_reported(tmp_path: Path, copy: str
     assert copy_problems(parse(dockerfile), IMAGE_CONTENT[OPERATOR])
 
 
-def test_an_image_missing_the_shared_api_is_reported(tmp_path: Path) -> None:
+def test_a_dockerfile_missing_the_shared_api_is_reported(tmp_path: Path) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM python:3.12.16-slim\nCOPY trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/\n")
     assert copy_problems(parse(dockerfile), IMAGE_CONTENT[TRAINER]) == ["misses api/mmrl_api"]
@@ -382,7 +382,7 @@ def test_dockerignore_keeps_git_virtualenvs_and_caches_out_of_the_context() -> N
         assert _ignored(path, patterns), f"{path} would be sent to the Docker daemon"
 
 
-def test_dockerignore_keeps_what_the_images_copy() -> None:
+def test_dockerignore_keeps_what_the_dockerfiles_copy() -> None:
     patterns = _dockerignore_patterns()
     for path in NEEDED_IN_CONTEXT:
         assert not _ignored(path, patterns), f".dockerignore drops {path}, which an image build needs"
@@ -423,7 +423,7 @@ def ray_versions_named(instructions: list[Instruction]) -> dict[str, set[str]]:
     return found
 
 
-def test_the_raycluster_ray_version_is_the_trainer_images_ray() -> None:
+def test_the_raycluster_ray_version_is_the_ray_the_trainer_dockerfile_names() -> None:
     # KubeRay decides on rayVersion, and Ray refuses to join nodes of another version, so the CRD default must be
     # the Ray that the trainer image's base carries (and that anything in it pins).
     from mmrl_api.cluster import ClusterSpec
@@ -435,7 +435,7 @@ def test_the_raycluster_ray_version_is_the_trainer_images_ray() -> None:
     assert ClusterSpec.model_fields["ray_version"].default == TRAINER_RAY_VERSION
 
 
-def test_a_ray_pin_other_than_the_base_images_is_found(tmp_path: Path) -> None:
+def test_a_dockerfile_pinning_a_ray_other_than_its_base_image_names_is_found(tmp_path: Path) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(
         "FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest\nRUN uv pip install 'ray[default]==2.57.0'\n"
@@ -483,7 +483,7 @@ def nccl_plugin_file() -> str:
     return f"/opt/amazon/ofi-nccl/lib64/libnccl-net-{EFA_ENV['NCCL_NET_PLUGIN']}.so"
 
 
-def test_the_trainer_image_carries_the_efa_nccl_plugin_the_operator_asks_nccl_to_load() -> None:
+def test_the_trainer_dockerfile_installs_the_efa_nccl_plugin_the_operator_asks_nccl_to_load() -> None:
     assert efa_problems(parse(TRAINER), nccl_plugin_file()) == []
 
 
@@ -498,7 +498,7 @@ def test_the_trainer_image_carries_the_efa_nccl_plugin_the_operator_asks_nccl_to
     ],
     ids=["unpinned", "no-checksum", "kernel-module", "plugin-unchecked", "plugin-off-the-path"],
 )
-def test_a_trainer_image_without_a_working_efa_plugin_is_reported(tmp_path: Path, old: str, new: str) -> None:
+def test_a_trainer_dockerfile_without_a_working_efa_plugin_is_reported(tmp_path: Path, old: str, new: str) -> None:
     text = TRAINER.read_text()
     assert old in text
     dockerfile = tmp_path / "Dockerfile"
