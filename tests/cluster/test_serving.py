@@ -139,7 +139,7 @@ def test_scaling_and_spec_changes_roll_the_deployment_and_disabling_removes_it(
     ],
     ids=["rank", "dora", "base-model"],
 )
-def test_an_adapter_vllm_cannot_serve_fails_the_job_and_creates_no_deployment(
+def test_an_adapter_our_vllm_rules_refuse_fails_the_job_and_creates_no_deployment(
     jobs, operator, kuberay, nodes_ready, core, adapter, rule
 ):
     kuberay.script("geo-a1", "succeed-after=6")

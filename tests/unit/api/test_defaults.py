@@ -55,7 +55,7 @@ def test_quantities_accept_yaml_integers_like_the_apiserver() -> None:
     assert job.spec.cluster.head.resources.requests == {"cpu": "4", "memory": "16Gi"}
 
 
-def test_longest_allowed_name_still_fits_kuberays_rayjob_limit() -> None:
+def test_longest_allowed_name_still_fits_our_rayjob_name_limit_constant() -> None:
     longest_rayjob = "x" * MAX_JOB_NAME_LENGTH + "-a9999"
     assert len(longest_rayjob) <= RAYJOB_NAME_LIMIT
     doc = minimal()

@@ -101,7 +101,7 @@ def test_replica_change_changes_the_spec_hash() -> None:
     assert a["metadata"]["annotations"] != b["metadata"]["annotations"]
 
 
-def test_rayjob_selects_the_warm_cluster_and_never_lets_kuberay_retry() -> None:
+def test_the_built_rayjob_selects_the_warm_cluster_with_a_backoff_limit_of_0() -> None:
     rj = build_rayjob(job(), 3)
     assert rj["metadata"]["name"] == "geo-a3" and rj["metadata"]["labels"][c.LABEL_ATTEMPT] == "3"
     assert rj["spec"]["clusterSelector"] == {c.RAY_CLUSTER_LABEL: "geo"}

@@ -21,7 +21,7 @@ def test_failed_scheduling_names_the_schedulers_reason() -> None:
     )
 
 
-def test_image_pull_and_crash_loops_name_the_container() -> None:
+def test_image_pull_and_crash_loop_reasons_in_a_pod_status_name_the_container() -> None:
     waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "mmrl/trainer:nope"'}
     cs = [{"name": "ray-head", "state": {"waiting": waiting}}]
     reason, message = pod_problem(pod({"phase": "Pending", "containerStatuses": cs}))
@@ -39,7 +39,7 @@ def test_healthy_starting_finished_and_deleted_pods_have_no_problem() -> None:
     assert pod_problem(pod({"phase": "Running", "containerStatuses": backoff}, deleting=True)) is None
 
 
-def test_the_ray_containers_start_is_read_from_kuberays_first_container() -> None:
+def test_the_ray_containers_start_is_read_from_the_pod_specs_first_container() -> None:
     from mmrl_operator.observed import ray_container_started
 
     spec = {"containers": [{"name": "ray-worker"}, {"name": "log-shipper"}]}

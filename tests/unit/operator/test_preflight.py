@@ -118,7 +118,7 @@ def test_a_job_without_preflight_starts_attempt_one_directly() -> None:
     assert "PreflightPassed" not in [c["type"] for c in plan.status["conditions"]]
 
 
-def test_a_skyrl_preflight_without_a_shared_volume_fails_at_once_naming_the_fields() -> None:
+def test_the_preflight_of_a_skyrl_backend_job_without_a_shared_volume_fails_at_once_naming_the_fields() -> None:
     j = provisioned({"spec": {"preflight": True, "checkpoint": {"pvc": None, "s3": {"uri": "s3://mmrl-test/ckpt"}}}})
     plan = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
     assert kinds(plan) == [] and plan.status["phase"] == "Failed"

@@ -263,7 +263,7 @@ def test_worker_replica_change_reapplies_the_cluster() -> None:
     assert rc and rc[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2
 
 
-def test_failure_with_a_lost_head_pod_is_infra_even_before_kuberay_replaces_it() -> None:
+def test_failure_with_a_lost_head_pod_is_infra_even_before_the_head_is_replaced() -> None:
     j = job()
     j = advance(j, decide(j, 1, Observed(), T0))
     j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j)), T0))

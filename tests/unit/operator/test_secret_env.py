@@ -36,7 +36,7 @@ def server_env(j) -> list[dict]:  # type: ignore[no-untyped-def]
     return next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")["env"]
 
 
-def test_the_trainers_secret_env_reaches_the_vllm_server_as_the_same_secret_key_ref() -> None:
+def test_the_trainers_secret_env_reaches_the_built_vllm_deployment_as_the_same_secret_key_ref() -> None:
     j = with_env({"phase": "Succeeded"})
     env = server_env(j)
     assert HF_TOKEN in env and ENV[1] in env
@@ -47,7 +47,7 @@ def test_the_trainers_secret_env_reaches_the_vllm_server_as_the_same_secret_key_
     assert names.count("VLLM_NO_USAGE_STATS") == 1
 
 
-def test_the_example_jobs_hf_token_reaches_the_vllm_server() -> None:
+def test_the_example_jobs_hf_token_reaches_the_built_vllm_deployment() -> None:
     j = job(status={"phase": "Succeeded"})  # examples/job.yaml, as a platform team would write it
     assert HF_TOKEN in example()["spec"]["trainer"]["env"]
     assert HF_TOKEN in server_env(j)

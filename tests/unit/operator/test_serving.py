@@ -51,7 +51,7 @@ def listed(name: str = "qwen3vl-geo3k", parent: str = "Qwen/Qwen3-VL-8B-Instruct
     return [{"id": parent, "parent": None}, {"id": name, "parent": parent}]
 
 
-def test_the_deployment_runs_vllm_with_the_adapter_and_every_serving_setting() -> None:
+def test_the_built_deployments_vllm_command_carries_the_adapter_and_every_serving_setting() -> None:
     j = trained()
     dep = build_deployment(j, Adapter(ADAPTER["path"], 32, ADAPTER["baseModel"], ADAPTER["sha256"]))
     assert dep["metadata"]["name"] == "geo-inference" and dep["metadata"]["ownerReferences"][0]["name"] == "geo"
@@ -133,7 +133,7 @@ def test_disabled_inference_ends_at_succeeded_and_removes_a_deployment() -> None
         ({"rank": 8}, "rank"),
     ],
 )
-def test_an_adapter_vllm_cannot_serve_fails_the_job_with_the_rule_and_creates_nothing(change, rule) -> None:
+def test_an_adapter_our_vllm_rules_refuse_fails_the_job_with_the_rule_and_creates_nothing(change, rule) -> None:
     j = trained(adapter={**ADAPTER, **change})
     plan = decide(j, 1, Observed(), T0)
     assert plan.status["phase"] == "Failed" and plan.apply == []
