@@ -41,7 +41,7 @@ def ray_cluster() -> Iterator[tuple[str, str]]:
         cluster.shutdown()
 
 
-def test_skyrls_entry_task_runs_on_a_worker_never_on_the_head(ray_cluster: tuple[str, str]) -> None:
+def test_a_task_shaped_like_our_skyrl_entry_runs_on_a_worker_never_on_the_head(ray_cluster: tuple[str, str]) -> None:
     head, worker = ray_cluster
 
     # The shape of mmrl_trainer/backends/skyrl.py's entry: SkyRL's whole training loop runs inside this task.

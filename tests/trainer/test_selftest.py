@@ -74,7 +74,7 @@ def test_fewer_than_two_steps_is_a_bad_command_line(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-def test_skyrl_without_a_gpu_fails_the_hardware_row_before_any_training(
+def test_selftest_with_backend_skyrl_and_no_gpu_fails_the_hardware_row_before_any_training(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # not a RayJob driver: no Ray cluster to offer GPUs

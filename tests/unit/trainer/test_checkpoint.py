@@ -68,7 +68,7 @@ def test_no_marker_means_nothing_is_complete(tmp_path: Path) -> None:
     assert ckpt.latest_complete(tmp_path / "missing") is None
 
 
-def test_skyrl_steps_without_manifest_are_complete_up_to_the_marker(tmp_path: Path) -> None:
+def test_steps_in_skyrls_layout_without_manifest_are_complete_up_to_the_marker(tmp_path: Path) -> None:
     for step in (5, 10, 15):
         (tmp_path / f"global_step_{step}" / "policy").mkdir(parents=True)
         (tmp_path / f"global_step_{step}" / "trainer_state.pt").write_bytes(b"s")

@@ -117,7 +117,7 @@ def test_synthetic_images_carry_the_answer_colour() -> None:
         assert min(synthetic.COLOURS, key=distance) == e.answer
 
 
-def test_skyrl_rows_follow_skyrls_vlm_contract() -> None:
+def test_our_skyrl_rows_have_the_keys_and_image_parts_of_skyrls_vlm_contract() -> None:
     ex = synthetic.colour_examples(2, 0)
     rows = data.to_skyrl_rows(ex, data_source="synthetic://colors")
     row = rows[0]
@@ -148,7 +148,7 @@ def test_trl_rows_and_chat_prompts_place_images_in_order() -> None:
     assert data.decode_image(sky[2]["image_url"]["url"]).getpixel((0, 0)) == (4, 5, 6)
 
 
-def test_skyrl_parquet_round_trips(tmp_path: Path) -> None:
+def test_our_skyrl_parquet_round_trips_through_pyarrow(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     rows = data.to_skyrl_rows(synthetic.colour_examples(3, 1), data_source="synthetic://colors")

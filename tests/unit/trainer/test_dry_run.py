@@ -46,7 +46,7 @@ def shown(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def test_dry_run_of_the_reference_job_prints_the_exact_skyrl_overrides(tmp_path: Path, capsys) -> None:
+def test_dry_run_of_the_reference_job_prints_exactly_our_skyrl_overrides(tmp_path: Path, capsys) -> None:
     cfg, path = config_file(tmp_path, "job.yaml")
     assert main(["--config", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out

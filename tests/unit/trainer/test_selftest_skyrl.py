@@ -17,7 +17,7 @@ def tiny_overrides(tmp_path: Path, steps: int) -> dict:
     return skyrl_overrides(cfg, train_files=[str(tmp_path / "train.parquet")], val_files=[])
 
 
-def test_the_tiny_skyrl_job_trains_on_one_gpu_and_checkpoints_every_step(tmp_path: Path) -> None:
+def test_our_overrides_for_the_tiny_skyrl_job_ask_for_one_gpu_and_a_checkpoint_every_step(tmp_path: Path) -> None:
     o = tiny_overrides(tmp_path, 2)
     assert (o["trainer.placement.policy_num_nodes"], o["trainer.placement.policy_num_gpus_per_node"]) == (1, 1)
     assert o["generator.inference_engine.num_engines"] == 1

@@ -21,7 +21,7 @@ MAZE = {"spec": {"dataset": {"reward": None, "environment": {"name": "maze", "pa
 MULTI_TURN_KEYS = ("generator.max_turns", "generator.max_input_length", "generator.use_conversation_multi_turn")
 
 
-def test_an_environment_maps_max_turns_and_the_episode_context_to_skyrl() -> None:
+def test_our_overrides_map_an_environment_to_skyrls_max_turns_and_episode_context() -> None:
     o, _ = reference_overrides(MAZE)
     assert o["environment.env_class"] == SKYRL_EPISODE_ENV_CLASS
     assert o["generator.max_turns"] == 15  # the walkthrough's maxTurns, the default
@@ -30,7 +30,7 @@ def test_an_environment_maps_max_turns_and_the_episode_context_to_skyrl() -> Non
     assert o["generator.use_conversation_multi_turn"] is True and o["generator.vision_language_generator"] is True
 
 
-def test_a_single_turn_job_keeps_skyrls_single_turn_shape() -> None:
+def test_our_overrides_keep_a_single_turn_job_in_skyrls_single_turn_shape() -> None:
     o, _ = reference_overrides()
     assert o["environment.env_class"] == SKYRL_ENV_CLASS
     assert [o[k] for k in MULTI_TURN_KEYS] == [1, o["trainer.max_prompt_length"], True]

@@ -26,7 +26,7 @@ def reference_overrides(patch: dict | None = None) -> tuple[dict, object]:
     return skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL), cfg
 
 
-def test_reference_recipe_maps_to_skyrl_grpo_lora_numbers() -> None:
+def test_our_overrides_map_the_reference_recipe_to_skyrls_grpo_lora_numbers() -> None:
     o, _ = reference_overrides()
     assert o["trainer.algorithm.advantage_estimator"] == "grpo"
     assert o["trainer.policy.model.path"] == "Qwen/Qwen3-VL-8B-Instruct"
@@ -89,7 +89,7 @@ def test_no_resume_and_max_steps_and_kl() -> None:
     assert (o["trainer.eval_interval"], o["trainer.eval_before_train"]) == (-1, False)
 
 
-def test_dotted_settings_nest_into_skyrl_sections_with_their_python_values() -> None:
+def test_our_config_dict_nests_dotted_settings_into_sections_with_their_python_values() -> None:
     nested = skyrl_config_dict({"a.b.c": True, "a.b.d": None, "a.e": 3e-5, "f": ["x,y"]})
     assert nested == {"a": {"b": {"c": True, "d": None}, "e": 3e-5}, "f": ["x,y"]}
 
@@ -130,7 +130,7 @@ def hostile_settings(s: str) -> tuple[dict, object]:
 
 
 @pytest.mark.parametrize("s", HOSTILE)
-def test_spec_strings_reach_skyrl_as_the_literal_strings(s: str) -> None:
+def test_spec_strings_stay_literal_in_our_nested_skyrl_settings(s: str) -> None:
     o, cfg = hostile_settings(s)
     nested = skyrl_config_dict(o)
     assert cfg.checkpoint.dir.startswith(f"s3://ckpt-bucket/{s}/")
@@ -242,7 +242,7 @@ def test_our_rewards_run_as_a_registered_skyrl_gym_environment() -> None:
     assert json.loads(run.stdout.strip().splitlines()[-1]) == [[1.0, True], [0.0, True]]
 
 
-def test_materialised_skyrl_parquet_has_one_row_per_example(tmp_path: Path) -> None:
+def test_our_materialised_skyrl_parquet_has_one_row_per_example(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     from mmrl_trainer.backends.skyrl import materialise_data
@@ -263,7 +263,7 @@ def test_materialised_skyrl_parquet_has_one_row_per_example(tmp_path: Path) -> N
     assert rows[0]["prompt"][0]["content"][0]["type"] == "image_url"
 
 
-def test_final_adapter_is_exported_from_the_newest_complete_skyrl_step(tmp_path: Path) -> None:
+def test_final_adapter_is_exported_from_the_newest_complete_step_in_skyrls_layout(tmp_path: Path) -> None:
     from mmrl_trainer.backends.skyrl import export_final_adapter
 
     _, cfg = reference_overrides()

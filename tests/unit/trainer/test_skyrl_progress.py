@@ -54,7 +54,7 @@ def make(tmp_path: Path, ckpt_dir: str | None = None) -> tuple[SkyRLProgress, li
     return SkyRLProgress(reporter, ckpt_dir or str(tmp_path / "ckpt")), patches, metrics
 
 
-def test_reward_is_skyrl_mean_raw_reward_and_other_scalars_keep_the_local_names() -> None:
+def test_our_step_metrics_take_the_reward_from_skyrls_avg_raw_reward_and_keep_local_names() -> None:
     assert REWARD_KEY == "reward/avg_raw_reward"
     assert step_metrics(SKYRL_LOGS) == {
         "reward": 0.375,
@@ -150,7 +150,9 @@ def test_s3_checkpoint_dirs_report_steps_without_a_checkpoint(tmp_path: Path) ->
     assert all("lastCheckpoint" not in progress_of(p) for p in patches)
 
 
-def test_a_failing_report_never_reaches_skyrl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_report_never_raises_out_of_our_progress_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     progress, _, _ = make(tmp_path)
 
     def broken(root: Any) -> None:
@@ -375,7 +377,7 @@ def test_truncated_fraction_reaches_the_status_progress(tmp_path: Path) -> None:
     assert truncated_fraction(["length", "stop", "abort", "length"]) == 0.5 and truncated_fraction([]) is None
 
 
-def test_skyrls_episode_metrics_reach_the_status_as_episodes(tmp_path: Path) -> None:
+def test_our_hook_maps_skyrls_environment_metrics_to_status_episodes(tmp_path: Path) -> None:
     # What SkyRL logs for a step of the maze (the helper's SkyRL run reported these two keys, see
     # tests/skyrl/test_skyrl_maze_episodes.py): the env's get_metrics averaged over the step's episodes.
     logs = {**SKYRL_LOGS, "environment/success": 0.333333, "environment/turns": 4.333333}

@@ -28,7 +28,7 @@ def two_nodes(patch: dict | None = None) -> dict:
 
 
 @pytest.mark.parametrize(("rank", "engine_rank"), [(24, 32), (1, 1), (8, 8), (9, 16), (320, 320), (321, 512)])
-def test_vllm_gets_the_smallest_allowed_max_lora_rank_that_fits(rank: int, engine_rank: int) -> None:
+def test_our_overrides_give_vllm_the_smallest_allowed_max_lora_rank_that_fits(rank: int, engine_rank: int) -> None:
     o, _ = reference_overrides(with_rank(rank))
     assert o["trainer.policy.model.lora.rank"] == rank
     assert o["generator.inference_engine.engine_init_kwargs"]["max_lora_rank"] == engine_rank
@@ -68,14 +68,14 @@ def test_no_example_rollout_is_printed() -> None:
     assert o["trainer.print_example_interval"] == 0
 
 
-def test_staged_model_path_is_what_skyrl_loads() -> None:
+def test_our_overrides_point_skyrl_at_the_staged_model_path() -> None:
     _, cfg = reference_overrides()
     o = skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL, model_path="/fsx/mmrl/models/qwen3vl-8b@abc123")
     assert o["trainer.policy.model.path"] == o["trainer.ref.model.path"] == "/fsx/mmrl/models/qwen3vl-8b@abc123"
     assert skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL)["trainer.policy.model.path"] == cfg.model.name
 
 
-def test_placement_group_timeout_is_raised_for_the_skyrl_processes() -> None:
+def test_our_environment_for_skyrl_raises_the_placement_group_timeout() -> None:
     _, cfg = reference_overrides()
     assert skyrl_environment(cfg) == {"SKYRL_RAY_PG_TIMEOUT_IN_S": str(RAY_PG_TIMEOUT_SECONDS)}
     assert RAY_PG_TIMEOUT_SECONDS > 180  # skyrl/env_vars.py's default
@@ -142,7 +142,7 @@ def through_skyrl() -> tuple[dict, object]:
     return last_json(run_skyrl(_THROUGH_SKYRL, stdin=json.dumps([overrides, skyrl_environment(cfg)]), fresh=True)), cfg
 
 
-def test_skyrl_accepts_rank_24_and_starts_vllm_with_max_lora_rank_32(through_skyrl) -> None:
+def test_skyrl_accepts_rank_24_and_builds_vllm_args_with_max_lora_rank_32(through_skyrl) -> None:
     got, _ = through_skyrl
     assert (got["lora_rank"], got["vllm_max_lora_rank"], got["vllm_enable_lora"]) == (24, 32, True)
     assert got["vllm_model"] == "/fsx/mmrl/models/staged"

@@ -32,7 +32,9 @@ def config(job_dir: Path, **model: str) -> TrainerConfig:
     return TrainerConfig.model_validate(skyrl_config(str(job_dir), model=model))
 
 
-def test_pinned_revision_is_the_snapshot_skyrl_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pinned_revision_is_the_snapshot_our_overrides_give_skyrl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     job = tmp_path / "job"
     hub_cache(job / MODELS_DIR / HUB_CACHE, "Qwen/Qwen3-VL-8B-Instruct")

@@ -37,7 +37,7 @@ def test_its_raycluster_is_a_cpu_head_and_three_two_gpu_g7e_workers_with_fsx_at_
         assert volume["persistentVolumeClaim"]["claimName"] == "fsx-claim"
 
 
-def test_its_skyrl_settings_are_the_walkthroughs() -> None:
+def test_our_skyrl_overrides_for_it_are_the_walkthroughs() -> None:
     cfg = build_trainer_config(JOB)
     assert cfg.checkpoint.dir.startswith("/shared/mmrl/")
     o = skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL)

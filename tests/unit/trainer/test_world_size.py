@@ -57,7 +57,7 @@ def test_no_checkpoint_no_record_or_no_resume_starts_with_any_size() -> None:
     assert world_size_error(SavedCheckpoint(5, "/j/global_step_5", 16), fresh) is None
 
 
-def test_world_size_is_read_from_skyrl_record_or_its_shard_names(tmp_path: Path) -> None:
+def test_world_size_is_read_from_the_record_or_shard_names_of_a_step_in_skyrls_layout(tmp_path: Path) -> None:
     skyrl_step(tmp_path / "a", 5, 4)
     skyrl_step(tmp_path / "b", 7, 2, fsdp_config=False)
     assert checkpoint_to_resume(str(tmp_path / "a")) == SavedCheckpoint(5, str(tmp_path / "a/global_step_5"), 4)
