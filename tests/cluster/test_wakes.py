@@ -87,26 +87,26 @@ def test_a_ready_raycluster_and_an_ended_rayjob_wake_the_job(jobs, operator, kub
     )
 
 
-def test_a_health_label_on_a_ray_node_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
+def training(jobs: Jobs, kuberay, hyperpod_nodes, core, gpus: int, component: str):
+    """Attempt 1 of geo training (it runs until stopped) on `gpus` GPU nodes; returns its running `component` pod."""
     hyperpod_nodes.cpu()
-    hyperpod_nodes.gpu(2)
+    hyperpod_nodes.gpu(gpus)
     kuberay.script("geo-a*", "succeed-after=1")
     kuberay.script("geo-a1", "hang")
     jobs.create(cluster_job("geo"))
-    worker = wait_until(lambda: live_pod(core, jobs.ns, "ray-worker"), 90, what="a running worker")
+    pod = wait_until(lambda: live_pod(core, jobs.ns, component), 90, what=f"a running {component}")
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    return pod
+
+
+def test_a_health_label_on_a_ray_node_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
+    worker = training(jobs, kuberay, hyperpod_nodes, core, 2, "ray-worker")
     hyperpod_nodes.set_health(worker.spec.node_name, hp.NodeHealth.PENDING_REBOOT)
     reacts(lambda: jobs.condition("geo", "NodeFaults") == "True", "health label -> NodeFaults")
 
 
 def test_a_deleted_head_pod_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
-    hyperpod_nodes.cpu()
-    hyperpod_nodes.gpu(1)
-    kuberay.script("geo-a*", "succeed-after=1")
-    kuberay.script("geo-a1", "hang")
-    jobs.create(cluster_job("geo"))
-    head = wait_until(lambda: live_pod(core, jobs.ns, "ray-head"), 90, what="a running head")
-    wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
+    head = training(jobs, kuberay, hyperpod_nodes, core, 1, "ray-head")
     core.delete_namespaced_pod(head.metadata.name, jobs.ns, grace_period_seconds=0)
     reacts(lambda: attempt(jobs, 0).get("result") == "Stopped", "head pod deleted -> attempt stopped")
 
