@@ -20,15 +20,15 @@ from kubernetes import client
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_local import build, mlflow_server, storage
+from mmrl_local import mlflow_server, storage
 from mmrl_local.demo import Demo
 from mmrl_local.kubelet import Kubelet
 from mmrl_operator.plot_cli import from_mlflow
 from mmrl_operator.render import as_submitted, render_objects
+from tests.support.demo import make_demo as demo_on
 from tests.support.operator import Jobs, wait_until
 
 pytestmark = pytest.mark.cluster
-pytest.importorskip("mlflow")
 
 READ_TIMEOUT = 10.0  # the summary's budget per MLflow read in these tests (tries of 1 s)
 
@@ -49,17 +49,8 @@ def make_demo(control_plane, api_client, namespace: str, tmp_path: Path, said: l
         said.append(line)
         print(f"[{time.monotonic() - started:5.1f}s] {line}", flush=True)
 
-    return Demo(
-        api_client,
-        build.build(verbose=False)["kubectl"],
-        control_plane.kubeconfig,
-        namespace=namespace,
-        volume_dir=tmp_path / "fsx",
-        out_dir=tmp_path / "out",
-        say=say,
-        mlflow=True,
-        read_timeout=READ_TIMEOUT,
-        **kwargs,
+    return demo_on(
+        control_plane, api_client, namespace, tmp_path, say=say, mlflow=True, read_timeout=READ_TIMEOUT, **kwargs
     )
 
 

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import build, mlflow_server, podnet
+from mmrl_local import mlflow_server, podnet
 from mmrl_local.demo import Demo
 from mmrl_operator.chat_cli import ask
 from mmrl_operator.logs_cli import read_logs
 from mmrl_operator.plot_cli import from_tensorboard
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
+from tests.support.demo import make_demo
 from tests.support.operator import Jobs
 from tests.support.ray_dashboard import ray_jobs
 
@@ -31,17 +32,7 @@ SHORT = {"spec": {"algorithm": {"maxSteps": 12}, "checkpoint": {"intervalSteps":
 
 
 def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: dict, **kwargs) -> Demo:
-    return Demo(
-        api_client,
-        build.build(verbose=False)["kubectl"],
-        control_plane.kubeconfig,
-        namespace=namespace,
-        volume_dir=tmp_path / "fsx",
-        out_dir=tmp_path / "out",
-        overrides=overrides,
-        say=lambda line: print(line, flush=True),
-        **kwargs,
-    )
+    return make_demo(control_plane, api_client, namespace, tmp_path, overrides=overrides, **kwargs)
 
 
 def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_with_vllm(
