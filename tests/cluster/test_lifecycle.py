@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -51,7 +50,6 @@ def test_no_orphans_when_the_owner_process_dies(control_plane, signum: int) -> N
         assert line, "the starter process printed no pids"
         pids = json.loads(line)
         assert all(procs.pid_alive(p) for p in pids)
-        time.sleep(0.5)
         os.kill(owner.pid, signum)
         owner.wait(timeout=30)
         assert procs.wait_gone(pids, timeout=15) == []

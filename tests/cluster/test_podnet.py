@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -295,8 +294,9 @@ def test_an_ip_is_not_reused_while_the_namespace_that_had_it_is_still_being_remo
     node = hyperpod_nodes.cpu()
     gone = running(core, namespace, plain_pod("gone", node))
     box = pod_network.sandbox(gone)
-    stubborn = spawn(gone, box, ["sh", "-c", "trap '' TERM; sleep 600 & wait"], tmp_path, "stubborn")
-    time.sleep(0.5)  # the trap is set
+    stubborn = spawn(gone, box, ["sh", "-c", "trap '' TERM; echo trapped; sleep 600 & wait"], tmp_path, "stubborn")
+    log = tmp_path / "stubborn.log"
+    wait_until(lambda: log.exists() and "trapped" in log.read_text(), 10, what="the shell to ignore SIGTERM")
     releasing = threading.Thread(target=pod_network.release, args=(box.uid,))
     releasing.start()
     successor = {**gone, "metadata": {**gone["metadata"], "uid": "00000000-0000-0000-0000-000000000002"}}
