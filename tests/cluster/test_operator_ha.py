@@ -50,7 +50,8 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
         kuberay.script("geo-a2", "succeed-after=1")
         jobs.patch("geo", {"spec": {"suspend": True}})  # work that only a live leader can do
         wait_until(lambda: jobs.status("geo").get("phase") == "Suspended", 60, what="standby to take over")
-        assert standby.metric(RECONCILES) > 0
+        # A pass is counted when it ends, a moment after its status write.
+        wait_until(lambda: standby.metric(RECONCILES) > 0, 10, what="the standby's pass to be counted")
         leases = client.CoordinationV1Api(api_client)
         assert leases.read_namespaced_lease(lease, "default").spec.holder_identity == standby.identity
         wait_until(lambda: not jobs.ray_names("rayjobs") and not jobs.ray_names("rayclusters"), 60, what="deletes")

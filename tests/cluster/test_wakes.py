@@ -7,7 +7,8 @@ below any resync and far above a pass on a loaded 2-core machine (tens of millis
 its statuses every 0.3 s).
 
 Events covered: the RayCluster becoming ready and the RayJob ending (children), a HyperPod health label on the node
-of a running Ray pod (node), the head pod deleted (pod), and the inference Deployment becoming available (child).
+of a running Ray pod (node: the attempt is stopped on its verdict), the head pod deleted (pod), and the inference
+Deployment becoming available (child).
 """
 
 from __future__ import annotations
@@ -101,8 +102,14 @@ def training(jobs: Jobs, kuberay, hyperpod_nodes, core, gpus: int, component: st
 
 def test_a_health_label_on_a_ray_node_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
     worker = training(jobs, kuberay, hyperpod_nodes, core, 2, "ray-worker")
-    hyperpod_nodes.set_health(worker.spec.node_name, hp.NodeHealth.PENDING_REBOOT)
-    reacts(lambda: jobs.condition("geo", "NodeFaults") == "True", "health label -> NodeFaults")
+    node = worker.spec.node_name
+    hyperpod_nodes.set_health(node, hp.NodeHealth.PENDING_REBOOT)
+    # What stays: the attempt the operator stopped on that node's verdict (the NodeFaults condition clears again
+    # once attempt 2, elsewhere, succeeds a second later, and a poll can miss it).
+    reacts(
+        lambda: attempt(jobs, 0).get("result") == "Stopped" and attempt(jobs, 0).get("node") == node,
+        "health label -> attempt stopped on the node",
+    )
 
 
 def test_a_deleted_head_pod_wakes_the_job(jobs, operator, kuberay, hyperpod_nodes, core) -> None:
