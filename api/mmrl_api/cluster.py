@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_api import constants as c
 from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, cel, cel_rules
@@ -23,6 +23,7 @@ from mmrl_api.kube_syntax import (
     label_map,
     resource_map,
 )
+from mmrl_api.kueue import KueueSpec, cluster_rules, field_error, worker_group_problem
 from mmrl_api.spec import DNS_LABEL
 
 
@@ -156,15 +157,6 @@ class Toleration(ApiModel):
         return seconds
 
 
-class KueueSpec(ApiModel):
-    """Kueue admission (HyperPod task governance); labels go on the RayCluster and every pod template."""
-
-    queue_name: NonEmptyLabelValue  # type: ignore[valid-type]
-    """Local queue, e.g. hyperpod-ns-<team>-localqueue (a label value: it becomes kueue.x-k8s.io/queue-name)."""
-    priority_class: NonEmptyLabelValue | None = None  # type: ignore[valid-type]
-    """Kueue WorkloadPriorityClass, e.g. training-priority."""
-
-
 class PodTemplateOverrides(ApiModel):
     """Small escape hatch applied to every Ray pod template (head and workers)."""
 
@@ -200,7 +192,8 @@ class ClusterSpec(ApiModel):
                 "self.workerGroups.all(g, self.workerGroups.exists_one(h, h.name == g.name))",
                 "worker group names must be unique",
                 ".workerGroups",
-            )
+            ),
+            *cluster_rules(),
         )
     }
 
@@ -232,3 +225,11 @@ class ClusterSpec(ApiModel):
                 raise ValueError(f"worker group name {g.name!r} is used twice; names must be unique")
             seen.add(g.name)
         return groups
+
+    @model_validator(mode="after")
+    def _kueue_accepts_the_groups(self) -> ClusterSpec:
+        """The Python side of `kueue.cluster_rules` (kueue is validated after worker_groups)."""
+        problem = worker_group_problem([g.name for g in self.worker_groups], self.kueue)
+        if problem is not None:
+            raise field_error("worker_groups", problem, [g.wire() for g in self.worker_groups])
+        return self

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from mmrl_api.base import ApiModel, cel, cel_rules, immutable
 from mmrl_api.cluster import ClusterSpec
 from mmrl_api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
+from mmrl_api.kueue import job_transition_rules
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_api.status import JobStatus
@@ -62,6 +63,7 @@ class JobSpec(ApiModel):
         "json_schema_extra": cel_rules(
             cel(S3_ONE_NODE_CEL, S3_NEEDS_ONE_NODE, ".checkpoint"),
             cel(GATE_NEEDS_VALIDATION_CEL, GATE_NEEDS_VALIDATION, ".inference"),
+            *job_transition_rules(),
         )
     }
 

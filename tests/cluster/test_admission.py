@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_operator.jsonmerge import merge_patch
 from tests.support.corpus import bad_cases, bad_manifest, example, good_cases
 
 pytestmark = pytest.mark.cluster
@@ -65,3 +66,50 @@ def test_training_inputs_are_immutable(api_client, namespace, mmrl_crd, field) -
     api.patch_namespaced_custom_object(
         c.GROUP, c.VERSION, namespace, c.PLURAL, "qwen3vl-geo3k-lora", {"spec": {"suspend": True}}
     )
+
+
+WITHOUT_KUEUE = {"cluster": {"kueue": None}}
+WITHOUT_PRIORITY = {"cluster": {"kueue": {"priorityClass": None}}}
+
+
+@pytest.mark.parametrize(
+    ("before", "change", "field"),
+    [
+        ({}, {"cluster": {"kueue": {"queueName": "other-queue"}}}, "queueName"),
+        ({}, WITHOUT_KUEUE, "queueName"),
+        (WITHOUT_KUEUE, {"cluster": {"kueue": {"queueName": "team-queue"}}}, "queueName"),
+        ({}, WITHOUT_PRIORITY, "priorityClass"),
+        (WITHOUT_PRIORITY, {"cluster": {"kueue": {"priorityClass": "urgent"}}}, "priorityClass"),
+    ],
+    ids=["queue-changed", "kueue-removed", "kueue-added", "priority-removed", "priority-added"],
+)
+def test_kueue_labels_change_only_while_suspended(api_client, namespace, mmrl_crd, before, change, field) -> None:
+    """Kueue refuses these label changes on a RayCluster it runs (jobframework.ValidateJobOnUpdate); a suspended
+    job has no RayCluster, so the same change is accepted together with suspend."""
+    job = merge_patch(example(), {"spec": before})
+    create(api_client, namespace, job)
+    api = client.CustomObjectsApi(api_client)
+    name = job["metadata"]["name"]
+
+    def patch(spec: dict) -> dict:
+        return api.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"spec": spec})
+
+    with pytest.raises(client.exceptions.ApiException) as err:
+        patch(change)
+    assert err.value.status == 422, err.value.body
+    assert f"spec.cluster.kueue.{field}" in json.loads(err.value.body)["message"]
+    stored = patch({**change, "suspend": True})["spec"]["cluster"]
+    assert stored.get("kueue") == merge_patch(job["spec"]["cluster"], change["cluster"]).get("kueue")
+
+
+def test_kueue_priority_class_and_workers_change_while_running(api_client, namespace, mmrl_crd) -> None:
+    job = example()
+    create(api_client, namespace, job)
+    api = client.CustomObjectsApi(api_client)
+    groups = [{**job["spec"]["cluster"]["workerGroups"][0], "replicas": 2}]
+    change = {"cluster": {"kueue": {"priorityClass": "urgent"}, "workerGroups": groups}}
+    stored = api.patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, job["metadata"]["name"], {"spec": change}
+    )["spec"]
+    assert stored["cluster"]["kueue"]["priorityClass"] == "urgent" and stored["suspend"] is False
+    assert stored["cluster"]["workerGroups"][0]["replicas"] == 2

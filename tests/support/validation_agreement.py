@@ -51,7 +51,7 @@ TRICKY = [
     "MY_KEY", "KEY", "SMTP_PASS", "BYPASS", "api_token", "tokens", "Secret_Name", "https://u:p@host",
     "redis://:pw@h:6379", "https://host:8080/x", "user@example.com", "a://b:@c", "NoExecute", "NoSchedule",
     "PreferNoSchedule", "Exists", "Equal", "true", "1e-4", "16Gi", "500m", "lots", "0", "-1", "1.2.3",
-    "\u0661.\u0662.\u0663", "my.rewards:score", "ml.p5.48xlarge", "custom", "numeric", "grpo",
+    "\u0661.\u0662.\u0663", "my.rewards:score", "ml.p5.48xlarge", "custom", "numeric", "grpo", "head", "Team-Queue",
 ]
 # fmt: on
 OTHER_TYPES = ["x", 0, 1, -1, 1.5, 2.0, True, False, None, [], {}, ["a"], {"a": "b"}]
