@@ -24,6 +24,7 @@ from mmrl_api.kube_syntax import (
     resource_map,
 )
 from mmrl_api.kueue import KueueSpec, cluster_rules, field_error, worker_group_problem
+from mmrl_api.kueue_topology import annotation_problem, annotation_rules, group_problem, group_rule
 from mmrl_api.spec import DNS_LABEL
 
 
@@ -160,10 +161,13 @@ class Toleration(ApiModel):
 class PodTemplateOverrides(ApiModel):
     """Small escape hatch applied to every Ray pod template (head and workers)."""
 
+    model_config = ApiModel.model_config | {"json_schema_extra": cel_rules(*annotation_rules())}
+
     labels: label_map(32) = Field(default_factory=dict)  # type: ignore[valid-type]
     """Labels for every Ray pod (qualified-name keys, label values)."""
     annotations: annotation_map() = Field(default_factory=dict)  # type: ignore[valid-type]
-    """Annotations for every Ray pod (qualified-name keys; at most 32, 4096 characters each)."""
+    """Annotations for every Ray pod (qualified-name keys; at most 32, 4096 characters each). Kueue's
+    topology annotations (kueue.x-k8s.io/podset-*) are checked as Kueue checks them on each Ray group."""
     image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=8)  # type: ignore[valid-type]
     scheduler_name: str | None = Field(default=None, max_length=63)
     spec_patch: dict[str, Any] | None = Field(default=None, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
@@ -172,6 +176,15 @@ class PodTemplateOverrides(ApiModel):
     taint (the job is then InvalidSpec): you own what you put here. Clusters may refuse a ServiceAccount, host
     namespaces, hostPath volumes, privileged containers and added capabilities here (the
     mmrl-restrict-spec-patch admission policy)."""
+
+    @field_validator("annotations")
+    @classmethod
+    def _kueue_reads_the_topology(cls, annotations: dict[str, str]) -> dict[str, str]:
+        """The Python side of `kueue_topology.annotation_rules`."""
+        problem = annotation_problem(annotations)
+        if problem is not None:
+            raise ValueError(problem)
+        return annotations
 
     @field_validator("spec_patch")
     @classmethod
@@ -194,6 +207,7 @@ class ClusterSpec(ApiModel):
                 ".workerGroups",
             ),
             *cluster_rules(),
+            group_rule(),
         )
     }
 
@@ -228,8 +242,13 @@ class ClusterSpec(ApiModel):
 
     @model_validator(mode="after")
     def _kueue_accepts_the_groups(self) -> ClusterSpec:
-        """The Python side of `kueue.cluster_rules` (kueue is validated after worker_groups)."""
+        """The Python side of `kueue.cluster_rules` and `kueue_topology.group_rule` (kueue and podTemplate are
+        validated after worker_groups)."""
         problem = worker_group_problem([g.name for g in self.worker_groups], self.kueue)
         if problem is not None:
-            raise field_error("worker_groups", problem, [g.wire() for g in self.worker_groups])
+            raise field_error(("worker_groups",), problem, [g.wire() for g in self.worker_groups])
+        annotations = self.pod_template.annotations
+        problem = group_problem(annotations, len(self.worker_groups))
+        if problem is not None:
+            raise field_error(("pod_template", "annotations"), problem, annotations)
         return self

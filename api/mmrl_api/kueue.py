@@ -95,11 +95,11 @@ def worker_group_problem(group_names: list[str], kueue: KueueSpec | None) -> str
     return None
 
 
-def field_error(field: str, message: str, value: Any) -> ValidationError:
-    """A validation error at `field` of the model being validated, for a rule a model validator checks across
+def field_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+    """A validation error at `loc` in the model being validated, for a rule a model validator checks across
     fields: the apiserver's CEL rule names the same field through its fieldPath."""
     error = PydanticCustomError("value_error", "{message}", {"message": message})
-    return ValidationError.from_exception_data("kueue", [InitErrorDetails(type=error, loc=(field,), input=value)])
+    return ValidationError.from_exception_data("kueue", [InitErrorDetails(type=error, loc=loc, input=value)])
 
 
 def _kueue(side: str) -> str:
