@@ -47,9 +47,12 @@ PRIORITY_CLASS = Rule(
     "must be a DNS subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit): "
     "it names a Kueue WorkloadPriorityClass, and Kueue admits no RayCluster whose priority class it cannot find",
 )
+# Removing the queue label is refused only under Kueue's manageJobsWithoutQueueName; otherwise it takes a running
+# cluster out of its queue's quota accounting, which no tenant should be able to do by editing a job.
 QUEUE_FIXED_WHILE_RUNNING = (
     "cluster.kueue.queueName may only be set, changed or removed while spec.suspend is true: Kueue refuses to "
-    "change the queue of a RayCluster it is running, and a suspended job has no RayCluster"
+    "set or change the queue of a RayCluster it is running, removing it would take a running cluster out of the "
+    "queue's quota, and a suspended job has no RayCluster"
 )
 PRIORITY_FIXED_WHILE_RUNNING = (
     "cluster.kueue.priorityClass may only be added or removed while spec.suspend is true: Kueue refuses to add a "
