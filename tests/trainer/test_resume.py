@@ -18,6 +18,7 @@ from tests.trainer.conftest import make_config
 
 pytestmark = pytest.mark.trainer
 STEPS, INTERVAL = 6, 2
+HELD_OUT_FEW = "synthetic://colors?n=4&seed=2"  # a small held-out set: what is checked is when it is evaluated
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -118,3 +119,18 @@ def test_half_written_checkpoint_is_skipped_on_resume(tiny_model: Path, tmp_path
     done = ckpt.latest_complete(tmp_path)
     assert done.step == 4 and ckpt.manifest_ok(done.path)
     assert len(lora_weights(done.path)) > 0  # the junk file was replaced by a real adapter
+
+
+def test_the_base_model_is_evaluated_by_the_fresh_attempt_only(tiny_model: Path, tmp_path: Path) -> None:
+    def config(steps: int):
+        cfg = make_config(tmp_path, tiny_model, maxSteps=steps, interval=2)
+        return cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"validation": HELD_OUT_FEW})})
+
+    assert local.run(config(2), attempt=1).resumed_from is None
+    assert local.run(config(4), attempt=2).resumed_from == 2
+
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    points = [(r["attempt"], r["step"]) for r in records if "eval_reward" in r]
+    assert [p for p in points if p[1] == 0] == [(1, 0)]  # one baseline, from the attempt that started fresh
+    assert len(set(points)) == len(points) and [step for _, step in points] == sorted(step for _, step in points)
+    assert next(r.get("event") for r in records if r["attempt"] == 2) == "started"

@@ -3,13 +3,19 @@
 Layout (SkyRL's): `<dir>/global_step_N/` holds one step's state, and `<dir>/latest_ckpt_global_step.txt` holds N.
 The marker is written LAST and atomically (temp file, fsync, os.replace, fsync of the directory), so a crash at any
 instant leaves either the old or the new marker. Completeness is judged as follows: a step is complete when
-(1) N <= the marker's step, (2) its directory exists, and (3) when it carries a `MANIFEST.json` (the local backend
-always writes one, just before the marker) every file it lists exists with the recorded size. SkyRL's steps carry
-no manifest; for them rule (1) is the guarantee, because SkyRL only advances the marker after a step is written.
-A step directory newer than the marker is a half-written save and is ignored; a marker that names a missing or
-damaged step falls back to the newest older complete one. Rotation deletes only complete steps older than the
+(1) N <= the sealed step, (2) its directory exists, and (3) when it carries a `MANIFEST.json` (the local backend
+always writes one, just before the marker) every file it lists exists with the recorded size. The sealed step is the
+marker's; when the marker is missing or unreadable it is the step below the newest step directory, because saves run
+one at a time and write the marker last, so only the newest directory can be a save that was cut short. SkyRL's
+steps carry no manifest; for them rule (1) is the guarantee, because SkyRL only advances the marker after a step is
+written. A step directory newer than the marker is a half-written save and is ignored; a marker that names a missing
+or damaged step falls back to the newest older complete one. Rotation deletes only complete steps older than the
 newest K. This module handles local and mounted paths (PVC/FSx); s3:// directories are passed through to SkyRL,
 which writes them itself, and are rejected here with a message saying so.
+
+SkyRL writes its marker with a plain open-and-write and reads it with `int(...)` (skyrl 0.3.0 train/trainer.py:
+save_checkpoints, load_checkpoints), so a node lost between the truncate and the write leaves an empty marker that
+fails every later resume. `repair_marker` makes the marker name the newest complete step before SkyRL reads it.
 """
 
 from __future__ import annotations
@@ -118,15 +124,24 @@ def _time_of(path: Path) -> str | None:
         return None
 
 
+def sealed_step(root: str | Path) -> int | None:
+    """The newest step a finished save sealed: the marker's, else the one below the newest step directory."""
+    marker = read_marker(root)
+    if marker is not None:
+        return marker
+    steps = sorted(step_dirs(root))
+    return steps[-2] if len(steps) > 1 else None
+
+
 def complete_checkpoints(root: str | Path) -> list[Checkpoint]:
     """All complete steps, oldest first (see the module docstring for the rules)."""
-    marker = read_marker(root)
-    if marker is None:
+    sealed = sealed_step(root)
+    if sealed is None:
         return []
     return [
         Checkpoint(step, path, _time_of(path))
         for step, path in sorted(step_dirs(root).items())
-        if step <= marker and manifest_ok(path)
+        if step <= sealed and manifest_ok(path)
     ]
 
 
@@ -163,3 +178,53 @@ def rotate(root: str | Path, keep: int) -> list[int]:
     for ckpt in doomed:
         shutil.rmtree(ckpt.path, ignore_errors=True)
     return [c.step for c in doomed]
+
+
+@dataclass(frozen=True)
+class MarkerRepair:
+    found: str | None
+    """The marker's text before the repair; None when there was no marker."""
+    step: int | None
+    """The step the marker names now; None when it was set aside and the attempt starts from step 0."""
+    set_aside: Path | None = None
+    """Where an unusable marker was moved (kept, never deleted)."""
+
+
+def repair_marker(root: str | Path) -> MarkerRepair | None:
+    """Make the marker name the newest complete step before a resume reads it; None when it already does, or when
+    there is neither a marker nor a complete step (a fresh start).
+
+    - Complete steps exist and the marker is missing, empty, garbled or names a step that is not complete (a
+      missing or damaged directory): it is rewritten atomically to the newest complete step. Resuming the marker's
+      own step would fail (no such directory) or load a damaged save; the rules above already say which one is sound.
+    - No complete step, an unusable marker, and at most one step directory (the realistic case: the marker of the
+      job's first save torn, that save unproven): the marker is moved aside, so SkyRL starts from step 0, as it does
+      before any checkpoint, and rewrites that directory when it saves the step again.
+    - No complete step and several step directories: a crash cannot leave that, and starting over beside them would
+      let SkyRL's rotation delete them; InvalidInput names the marker and the steps, and nothing is touched.
+    """
+    base = local_dir(root)
+    marker = base / MARKER
+    try:
+        found: str | None = marker.read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        found = None
+    latest = latest_complete(base)
+    if latest is not None:
+        if found is not None and read_marker(base) == latest.step:
+            return None
+        atomic_write_text(marker, f"{latest.step}\n")
+        return MarkerRepair(found, latest.step)
+    if found is None:
+        return None
+    steps = sorted(step_dirs(base))
+    if len(steps) > 1:
+        raise InvalidInput(
+            f"spec.checkpoint: {marker} reads {found[:40]!r} and none of the steps {steps} under it can be shown "
+            f"complete; write the step to resume from into {MARKER}, or move the step directories away to start anew"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = marker.with_name(f"{MARKER}.unusable-{stamp}-{os.getpid()}")
+    os.replace(marker, aside)
+    _fsync_dir(base)
+    return MarkerRepair(found, None, aside)

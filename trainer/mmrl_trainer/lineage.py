@@ -36,6 +36,13 @@ def evaluations(metrics_file: Path | None) -> list[tuple[int, float]]:
     return found
 
 
+def baseline_due(metrics_file: Path | None, *, resuming: bool) -> bool:
+    """Whether this attempt evaluates the base model before training: only when it starts from no checkpoint and no
+    earlier attempt recorded that evaluation (one that died before its first checkpoint may have), so a job has one
+    step-0 evaluation in metrics.jsonl and tracking, whichever backend and however many attempts."""
+    return not resuming and not any(step == 0 for step, _ in evaluations(metrics_file))
+
+
 def adapter_evaluation(metrics_file: Path | None, step: int | None, held_out: float | None) -> dict[str, Any] | None:
     """status.adapter.evaluation: `held_out` when the finishing attempt measured it, else the evaluation recorded
     at `step`; the baseline is the first evaluation at step 0. None when nothing was evaluated."""

@@ -68,6 +68,16 @@ def test_no_marker_means_nothing_is_complete(tmp_path: Path) -> None:
     assert ckpt.latest_complete(tmp_path / "missing") is None
 
 
+def test_an_unreadable_marker_seals_every_step_but_the_newest(tmp_path: Path) -> None:
+    for step in (2, 4, 6):
+        save(tmp_path, step)
+    (tmp_path / ckpt.MARKER).write_text("")  # torn: the save of step 6 may have been cut short
+    assert ckpt.sealed_step(tmp_path) == 4
+    assert [c.step for c in ckpt.complete_checkpoints(tmp_path)] == [2, 4]
+    (tmp_path / "global_step_4" / "policy" / "adapter_model.safetensors").write_bytes(b"")  # and 4 is damaged
+    assert ckpt.latest_complete(tmp_path).step == 2
+
+
 def test_steps_in_skyrls_layout_without_manifest_are_complete_up_to_the_marker(tmp_path: Path) -> None:
     for step in (5, 10, 15):
         (tmp_path / f"global_step_{step}" / "policy").mkdir(parents=True)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_trainer.lineage import adapter_evaluation, adapter_lineage, dataset_digest, evaluations
+from mmrl_trainer.lineage import adapter_evaluation, adapter_lineage, baseline_due, dataset_digest, evaluations
 
 
 def write(path: Path, *records: dict) -> Path:
@@ -57,3 +57,17 @@ def test_lineage_names_the_step_revision_and_dataset_digests(tmp_path: Path) -> 
     assert dataset_digest(str(shards)) != before  # a changed shard changes the digest
     assert dataset_digest("synthetic://colors?n=8") == hashlib.sha256(b"synthetic://colors?n=8").hexdigest()
     assert dataset_digest("s3://bucket/train.parquet") is None  # streamed from elsewhere: not claimed
+
+
+def test_the_base_model_is_evaluated_by_the_first_fresh_attempt_only(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    assert baseline_due(metrics, resuming=False)  # the job's first attempt
+    assert not baseline_due(metrics, resuming=True)
+    # Attempt 1 died during its baseline: the next fresh attempt takes it.
+    write(metrics, {"step": 0, "attempt": 1, "event": "started"}, {"step": 3, "attempt": 1, "eval_reward": 0.5})
+    assert baseline_due(metrics, resuming=False)
+    # Attempt 1 recorded it and died before its first checkpoint: attempt 2 starts from no checkpoint again, and must
+    # not add a second step-0 point.
+    write(metrics, {"step": 0, "attempt": 1, "event": "baseline", "eval_reward": 0.25})
+    assert not baseline_due(metrics, resuming=False)
+    assert baseline_due(None, resuming=False)  # an s3:// job keeps no metrics file: each fresh start measures

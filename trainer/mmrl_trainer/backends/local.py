@@ -222,6 +222,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     from mmrl_trainer.adapter import export_adapter
     from mmrl_trainer.data import load_examples, to_trl_rows
     from mmrl_trainer.evaluate import held_out_reward
+    from mmrl_trainer.lineage import baseline_due
     from mmrl_trainer.models import resolve_model
     from mmrl_trainer.rewards import resolve
 
@@ -250,7 +251,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
         )
 
     model = AutoModelForImageTextToText.from_pretrained(model_path, revision=cfg.model.revision, dtype=torch.float32)
-    if resume is None and held_out:
+    if held_out and baseline_due(reporter.metrics_file, resuming=resume is not None):
         # The untrained policy's held-out reward, on the same prompts as the final evaluation: the "before" that
         # every checkpoint's eval_reward compares with, and the promotion gate's baseline (lineage.py).
         reporter.record(0, {"event": "baseline", "eval_reward": evaluator(model, None)})

@@ -236,6 +236,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     from mmrl_trainer.adapter import export_adapter
     from mmrl_trainer.backends.local import LocalResult, lora_config, start_attempt, total_steps
     from mmrl_trainer.data import load_examples
+    from mmrl_trainer.lineage import baseline_due
     from mmrl_trainer.models import resolve_model
 
     _, resume, reporter = start_attempt(cfg, attempt)
@@ -253,7 +254,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     def evaluator(policy, limit: int | None = 32) -> dict[str, float]:
         return evaluate_episodes(policy, processor, cfg, held_out[:limit])
 
-    if resume is None and held_out:
+    if held_out and baseline_due(reporter.metrics_file, resuming=resume is not None):
         reporter.record(0, {"event": "baseline", **evaluator(model)})
     set_seed(cfg.seed)  # before peft wraps the model: the LoRA init depends only on cfg.seed
     model = get_peft_model(model, lora_config(cfg))

@@ -15,6 +15,7 @@ copies it to its own node), and the model is staged on the shared volume (stagin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -23,15 +24,18 @@ from typing import Any, NamedTuple
 
 from mmrl_api.spec import RewardSpec
 from mmrl_api.trainer_config import TrainerConfig
+from mmrl_trainer import checkpoint as ckpt
 from mmrl_trainer import storage
 from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_environment, skyrl_overrides, skyrl_paths
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.checkpoint import MARKER, STEP_PREFIX
 from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS
 from mmrl_trainer.errors import InvalidConfig
+from mmrl_trainer.lineage import baseline_due
 from mmrl_trainer.staging import model_path
 from mmrl_trainer.world_size import check_resume_world_size
 
+log = logging.getLogger("mmrl_trainer.skyrl")
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
 EPISODE_ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_episode_env:EpisodeEnv"
 
@@ -189,8 +193,6 @@ def export_final_adapter(cfg: TrainerConfig) -> Exported:
 
 
 def _export_local(cfg: TrainerConfig) -> Exported:
-    from mmrl_trainer import checkpoint as ckpt
-
     latest = ckpt.latest_complete(cfg.checkpoint.dir)
     if latest is None:
         raise RuntimeError(f"no complete checkpoint under {cfg.checkpoint.dir} to export the adapter from")
@@ -203,11 +205,27 @@ def _export_local(cfg: TrainerConfig) -> Exported:
     return Exported(_finish_adapter(source, Path(cfg.export_dir), cfg), cfg.export_dir, latest.step)
 
 
-def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
+def repair_resume_marker(cfg: TrainerConfig) -> ckpt.MarkerRepair | None:
+    """Before anything reads the marker (progress, the world-size check, SkyRL's load_checkpoints): make it name the
+    newest complete step (checkpoint.repair_marker). Not for s3://, where SkyRL's write is one PUT that replaces the
+    object whole, so a lost node leaves the old marker, never a torn one."""
+    if cfg.resume != "latest" or storage.is_s3(cfg.checkpoint.dir):
+        return None
+    repair = ckpt.repair_marker(cfg.checkpoint.dir)
+    if repair is not None:
+        now = f"set aside at {repair.set_aside}: starting from step 0" if repair.step is None else f"now {repair.step}"
+        log.warning("checkpoint marker in %s read %r; %s", cfg.checkpoint.dir, repair.found, now)
+    return repair
+
+
+def prepare(cfg: TrainerConfig, *, attempt: int | None = None) -> Any:
+    """Everything an attempt does before SkyRL runs, on the driver, in order; returns SkyRL's checked config."""
     os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
+    repair_resume_marker(cfg)
     # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
-    SkyRLProgress.from_config(cfg, attempt=attempt).started()
-    check_resume_world_size(cfg)
+    progress = SkyRLProgress.from_config(cfg, attempt=attempt)
+    progress.started()
+    resumes = check_resume_world_size(cfg)  # the step SkyRL will load; None: it starts from step 0
     data = shared_data(cfg)
     overrides = skyrl_overrides(
         cfg,
@@ -215,8 +233,13 @@ def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
         val_files=data.val,
         model_path=model_path(cfg),
         images_per_prompt=data.images_per_prompt,
+        eval_before_train=baseline_due(progress.reporter.metrics_file, resuming=resumes is not None),
     )
-    skyrl_cfg = checked_skyrl_config(overrides)
+    return checked_skyrl_config(overrides)
+
+
+def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
+    skyrl_cfg = prepare(cfg, attempt=attempt)
     _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
     return export_final_adapter(cfg)
 

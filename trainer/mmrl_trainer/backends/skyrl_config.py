@@ -92,13 +92,16 @@ def skyrl_overrides(
     val_files: list[str],
     model_path: str | None = None,
     images_per_prompt: int = 1,
+    eval_before_train: bool = True,
 ) -> dict[str, Any]:
     """The dotted SkyRL settings for one attempt of this job (keys as documented by SkyRL's config), with Python
     values: lists are lists and strings are taken literally.
 
     `model_path`: where the base model was staged (an s3:// model or a pinned revision, copied to a local path);
     SkyRL loads policy, ref and vLLM from it. `images_per_prompt`: the most images one prompt of the data carries,
-    for the image token budget."""
+    for the image token budget. `eval_before_train`: whether this attempt evaluates the base model first
+    (lineage.baseline_due: a fresh start whose job has no such evaluation yet); SkyRL runs it after loading the
+    checkpoint on every attempt otherwise (train/trainer.py:RayPPOTrainer.train)."""
     algo, lora, place = cfg.algorithm, cfg.lora, cfg.placement
     model = model_path or cfg.model.name.removeprefix("hf://")
     paths = skyrl_paths(cfg)
@@ -160,7 +163,7 @@ def skyrl_overrides(
         "data.train_data": list(train_files),
         "data.val_data": list(val_files),
         "trainer.eval_interval": (algo.eval_interval_steps or cfg.checkpoint.interval_steps) if val_files else -1,
-        "trainer.eval_before_train": bool(val_files),
+        "trainer.eval_before_train": bool(val_files) and eval_before_train,
         "trainer.ckpt_path": cfg.checkpoint.dir,
         "trainer.ckpt_interval": cfg.checkpoint.interval_steps,
         "trainer.max_ckpts_to_keep": cfg.checkpoint.keep,
