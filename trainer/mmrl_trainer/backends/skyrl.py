@@ -3,7 +3,9 @@
 `run` needs the trainer image (SkyRL, Ray, vLLM, GPUs): it converts the dataset to SkyRL's VLM rows, registers the
 `mmrl_reward` environment (or `mmrl_episode` for a multi-turn environment) inside the `@ray.remote` entry (env
 creation happens in that process) and runs `BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and
-resume are SkyRL's own; afterwards the final LoRA adapter is copied to `export_dir` and checked for vLLM.
+resume are SkyRL's own; afterwards the final LoRA adapter is copied to `export_dir` and checked for vLLM. Before
+SkyRL reads the marker the driver repairs a torn one (checkpoint.repair_marker), and only an attempt that starts from
+no checkpoint evaluates the base model (lineage.baseline_due): SkyRL would do it after every resume.
 
 Before anything slow starts, the driver fails an attempt that cannot succeed: one whose GPU count differs from the
 checkpoint it would resume (world_size.py) and settings SkyRL's own config classes and `validate_cfg` reject, both
