@@ -26,13 +26,16 @@ def _footprint(cfg: TrainerConfig) -> str:
 
 
 def _skyrl(cfg: TrainerConfig) -> list[str]:
+    from mmrl_api.context_budget import turns_of
     from mmrl_trainer.backends.skyrl_config import skyrl_environment, skyrl_overrides, skyrl_paths
     from mmrl_trainer.staging import MODELS_DIR, needs_staging, source_of
 
     paths = skyrl_paths(cfg)
     val = [f"{paths.data}/validation.parquet"] if cfg.dataset.validation else []
     overrides = skyrl_overrides(cfg, train_files=[f"{paths.data}/train.parquet"], val_files=val)
-    place = cfg.placement
+    place, algo = cfg.placement, cfg.algorithm
+    engine = overrides["generator.inference_engine.engine_init_kwargs"]
+    turns = turns_of(cfg.dataset.environment)
     staging = []
     if needs_staging(cfg.model):  # the policy path above is then replaced by the staged copy at run time
         staging = [
@@ -47,6 +50,8 @@ def _skyrl(cfg: TrainerConfig) -> list[str]:
         f"lora sync path: {paths.lora_sync}",
         f"log dir: {paths.logs}",
         f"expected checkpoint footprint: {_footprint(cfg)}",
+        f"vLLM engine max_model_len: {engine['max_model_len']} tokens ({turns} turn(s) x "
+        f"({algo.max_prompt_length} prompt + {algo.max_response_length} response))",
         "environment:",
         *_lines(skyrl_environment(cfg)),
         f"skyrl overrides ({len(overrides)}):",

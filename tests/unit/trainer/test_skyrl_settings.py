@@ -124,6 +124,7 @@ print(json.dumps({
     "vllm_max_lora_rank": args.max_lora_rank,
     "vllm_enable_lora": args.enable_lora,
     "vllm_mm_processor_kwargs": args.mm_processor_kwargs,
+    "vllm_max_model_len": args.max_model_len,
     "vllm_model": args.model,
     "lora_sync_path": c.trainer.policy.model.lora.lora_sync_path,
     "log_path": c.trainer.log_path,
@@ -147,6 +148,12 @@ def test_skyrl_accepts_rank_24_and_builds_vllm_args_with_max_lora_rank_32(throug
     assert (got["lora_rank"], got["vllm_max_lora_rank"], got["vllm_enable_lora"]) == (24, 32, True)
     assert got["vllm_model"] == "/fsx/mmrl/models/staged"
     assert set(got["vllm_mm_processor_kwargs"]["size"]) == {"longest_edge", "shortest_edge"}
+
+
+def test_skyrl_hands_vllm_the_trained_context_as_max_model_len(through_skyrl) -> None:
+    # SkyRL sets no max_model_len of its own; without ours vLLM would take the model's maximum (issue #31 item 1).
+    got, cfg = through_skyrl
+    assert got["vllm_max_model_len"] == cfg.algorithm.max_prompt_length + cfg.algorithm.max_response_length == 3072
 
 
 def test_skyrl_syncs_lora_and_writes_infra_logs_under_the_job_dir(through_skyrl) -> None:

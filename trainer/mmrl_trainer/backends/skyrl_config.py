@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmrl_api.adapter_rules import VISION_TOWER_MODULES, smallest_max_lora_rank
+from mmrl_api.context_budget import spec_episode_context_length, spec_max_model_len, turns_of
 from mmrl_api.image_budget import image_budget
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer.data import skyrl_env_class
@@ -148,10 +149,14 @@ def skyrl_overrides(
         # (backends/skyrl_train/inference_servers/utils.py:build_vllm_cli_args), but vLLM accepts only a few
         # values, so rank 24 would not start. mm_processor_kwargs caps the pixels per image: vLLM renders the
         # prompt, images included, and SkyRL ends a rollout whose rendered prompt is over max_prompt_length
-        # (train/generators/skyrl_vlm_generator.py:agent_loop, stop_reason "length", reward 0).
+        # (train/generators/skyrl_vlm_generator.py:agent_loop, stop_reason "length", reward 0). max_model_len: SkyRL
+        # sets none, so vLLM would take the model's own maximum (262,144 for Qwen3-VL-8B) and refuse to start when
+        # its KV cache cannot hold one such request (vllm v1/core/kv_cache_utils.py); the episode's longest input
+        # plus one reply is all an engine is ever asked to hold (mmrl_api.context_budget).
         "generator.inference_engine.engine_init_kwargs": {
             "max_lora_rank": smallest_max_lora_rank(lora.rank),
             "mm_processor_kwargs": budget.processor_kwargs(),
+            "max_model_len": spec_max_model_len(cfg.algorithm, cfg.dataset.environment),
         },
         # SkyRL's VLM mode: images travel as image_url parts; padding-free microbatches and batched
         # generation are not supported for multimodal inputs.
@@ -187,11 +192,9 @@ def skyrl_overrides(
 
 
 def episode_context_length(cfg: TrainerConfig) -> int:
-    """The longest conversation an episode may render: the first prompt, then before each later turn one reply and
-    one observation, each observation held to the prompt's own budget (maxPromptLength, its image capped at half of
-    that by the same mm_processor_kwargs). For one turn it is maxPromptLength, which SkyRL requires then."""
-    algo, turns = cfg.algorithm, cfg.dataset.environment.max_turns if cfg.dataset.environment else 1
-    return turns * algo.max_prompt_length + (turns - 1) * algo.max_response_length
+    """The longest conversation an episode may render (mmrl_api.context_budget.episode_context_length): SkyRL's
+    generator.max_input_length. For one turn it is maxPromptLength, which SkyRL requires then."""
+    return spec_episode_context_length(cfg.algorithm, cfg.dataset.environment)
 
 
 def multi_turn_overrides(cfg: TrainerConfig) -> dict[str, Any]:
@@ -204,9 +207,8 @@ def multi_turn_overrides(cfg: TrainerConfig) -> dict[str, Any]:
     least that otherwise. use_conversation_multi_turn: each observation a user message of its own, which the VLM
     generator requires (SkyRLVLMGymGenerator._validate_cfg) so that images stay in their turn.
     """
-    turns = cfg.dataset.environment.max_turns if cfg.dataset.environment else 1
     return {
-        "generator.max_turns": turns,
+        "generator.max_turns": turns_of(cfg.dataset.environment),
         "generator.max_input_length": episode_context_length(cfg),
         "generator.use_conversation_multi_turn": True,
     }
