@@ -17,7 +17,8 @@ from pydantic.alias_generators import to_camel
 from mmrl_api.base import ApiModel, cel, cel_rules, immutable
 from mmrl_api.cluster import ClusterSpec
 from mmrl_api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
-from mmrl_api.kueue import job_transition_rules
+from mmrl_api.context_budget import spec_max_model_len, spec_max_model_len_cel
+from mmrl_api.kueue import field_error, job_transition_rules
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_api.status import JobStatus
@@ -54,6 +55,16 @@ S3_ONE_NODE_CEL = (
     " || !has(self.cluster) || !has(self.cluster.workerGroups) || (size(self.cluster.workerGroups) == 1"
     " && (!has(self.cluster.workerGroups[0].replicas) || self.cluster.workerGroups[0].replicas == 1))"
 )
+# Serving must hold every conversation the adapter was trained on (a job that serves nothing may keep any value).
+# One message for both sides: a messageExpression quoting the numbers costs more than the apiserver's CEL budget.
+SERVING_TOO_SHORT = (
+    "must hold the longest conversation the adapter is trained on, maxTurns (1 without an environment) x "
+    "(algorithm.maxPromptLength + algorithm.maxResponseLength); raise it, or leave it unset to serve that length"
+)
+SERVING_LENGTH_CEL = (
+    "!has(self.inference) || (has(self.inference.enabled) && !self.inference.enabled) "
+    "|| !has(self.inference.maxModelLen) || self.inference.maxModelLen >= " + spec_max_model_len_cel()
+)
 
 
 class JobSpec(ApiModel):
@@ -63,6 +74,7 @@ class JobSpec(ApiModel):
         "json_schema_extra": cel_rules(
             cel(S3_ONE_NODE_CEL, S3_NEEDS_ONE_NODE, ".checkpoint"),
             cel(GATE_NEEDS_VALIDATION_CEL, GATE_NEEDS_VALIDATION, ".inference"),
+            cel(SERVING_LENGTH_CEL, SERVING_TOO_SHORT, ".inference.maxModelLen"),
             *job_transition_rules(),
         )
     }
@@ -102,6 +114,17 @@ class JobSpec(ApiModel):
         dataset = info.data.get("dataset")
         if inference.promote_when is not None and dataset is not None and dataset.validation is None:
             raise ValueError(GATE_NEEDS_VALIDATION)
+        return inference
+
+    @field_validator("inference")
+    @classmethod
+    def _serving_holds_training(cls, inference: InferenceSpec, info: ValidationInfo) -> InferenceSpec:
+        """The Python side of SERVING_LENGTH_CEL (algorithm and dataset are validated before inference)."""
+        algorithm, dataset = info.data.get("algorithm"), info.data.get("dataset")
+        if not inference.enabled or inference.max_model_len is None or algorithm is None or dataset is None:
+            return inference
+        if inference.max_model_len < spec_max_model_len(algorithm, dataset.environment):
+            raise field_error(("max_model_len",), SERVING_TOO_SHORT, inference.max_model_len)
         return inference
 
     suspend: bool = False

@@ -147,7 +147,11 @@ class InferenceSpec(ApiModel):
     """CPU/memory; GPUs are tensorParallelSize per replica."""
     served_model_name: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
     """Name clients use for the adapter in the OpenAI API; defaults to the job name."""
-    max_model_len: int | None = Field(default=8192, ge=256, le=1_048_576)
+    max_model_len: int | None = Field(default=None, ge=256, le=1_048_576)
+    """The longest conversation (prompt, images and reply) one request may hold, vLLM's `--max-model-len`.
+    Defaults to the longest the adapter was trained on: maxTurns (1 without an environment) x
+    (algorithm.maxPromptLength + algorithm.maxResponseLength). A smaller value is refused: the server would reject
+    conversations the adapter learned on. A larger one is allowed (the serving GPU's memory must hold it)."""
     tensor_parallel_size: int = Field(default=1, ge=1, le=16)
     gpus: int | None = Field(default=None, ge=0, le=16)
     """nvidia.com/gpu per replica; defaults to tensorParallelSize. 0 runs a CPU build of vLLM (set `image`)."""

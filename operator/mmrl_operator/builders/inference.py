@@ -10,6 +10,11 @@ The pods land where the training pods did: the same HyperPod health affinity, to
 checkpoint and model volumes read-only at the same paths (so the adapter path the trainer reported is valid
 here), and `tensorParallelSize` GPUs per replica. Adapter runtime updates are a vLLM development feature and
 are never enabled; a new adapter or a changed `spec.inference` rolls the Deployment instead.
+
+The server sees what training saw: `--max-model-len` holds the longest conversation the adapter was trained on
+(`inference.maxModelLen`, which admission keeps at least that long, or exactly that length), and a SkyRL-trained
+adapter's images are resized under the same pixel cap its rollout engines used (`--mm-processor-kwargs`), so the
+model never meets an image larger, in tokens, than any it learned on.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
+from mmrl_api.context_budget import spec_max_model_len
+from mmrl_api.image_budget import image_budget
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.raycluster import affinity
 from mmrl_operator.builders.volumes import build_mounts, local_path
@@ -67,6 +74,24 @@ def default_adapter(job: MultimodalRLJob) -> Adapter:
     return Adapter(f"{job_dir(job)}/adapter", smallest_max_lora_rank(job.spec.lora.rank), model_path(job))
 
 
+def serving_max_model_len(job: MultimodalRLJob) -> int:
+    """`inference.maxModelLen`, or the longest conversation the adapter was trained on when it is unset."""
+    spec = job.spec
+    return spec.inference.max_model_len or spec_max_model_len(spec.algorithm, spec.dataset.environment)
+
+
+def training_processor_kwargs(job: MultimodalRLJob) -> dict[str, Any] | None:
+    """The image processor settings the rollout engines trained with, or None where training used the model's own.
+
+    SkyRL's engines cap each image at `image_budget(maxPromptLength, n)` (trainer backends/skyrl_config.py), where n
+    is the most images one prompt of the data carries, which only the trainer sees. Here n is 1: exact for an
+    environment (one image per turn) and for one-image datasets; for a dataset whose prompts carry several images
+    this cap is above the trained one. The local backend resizes with the model's own processor settings."""
+    if job.spec.trainer.backend != "skyrl":
+        return None
+    return image_budget(job.spec.algorithm.max_prompt_length).processor_kwargs()
+
+
 def vllm_args(job: MultimodalRLJob, adapter: Adapter) -> list[str]:
     inf = job.spec.inference
     local_adapter = S3_ADAPTER_DIR if adapter.path.startswith("s3://") else adapter.path
@@ -88,11 +113,14 @@ def vllm_args(job: MultimodalRLJob, adapter: Adapter) -> list[str]:
         str(inf.tensor_parallel_size),
         "--limit-mm-per-prompt",
         json.dumps({"image": inf.max_images_per_prompt}, separators=(",", ":")),
+        "--max-model-len",
+        str(serving_max_model_len(job)),
         "--port",
         str(PORT),
     ]
-    if inf.max_model_len:
-        args += ["--max-model-len", str(inf.max_model_len)]
+    processor = training_processor_kwargs(job)
+    if processor is not None:
+        args += ["--mm-processor-kwargs", json.dumps(processor, separators=(",", ":"))]
     if gpus(job):
         args += ["--gpu-memory-utilization", str(inf.gpu_memory_utilization)]
     if job.spec.model.revision and "://" not in job.spec.model.name:

@@ -69,7 +69,7 @@ def test_the_built_deployments_vllm_command_carries_the_adapter_and_every_servin
     }
     assert (flag["--model"], flag["--served-model-name"]) == ("Qwen/Qwen3-VL-8B-Instruct",) * 2
     assert (flag["--max-lora-rank"], flag["--max-loras"], flag["--tensor-parallel-size"]) == ("32", "1", "1")
-    assert json.loads(flag["--limit-mm-per-prompt"]) == {"image": 2} and flag["--max-model-len"] == "8192"
+    assert json.loads(flag["--limit-mm-per-prompt"]) == {"image": 2} and flag["--max-model-len"] == "3072"
     assert server["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     assert server["startupProbe"]["httpGet"]["path"] == "/v1/models"
     assert server["readinessProbe"]["httpGet"]["path"] == "/v1/models"

@@ -90,7 +90,9 @@ MAZE_JOB = {
             "validation": "synthetic://maze?n=16&seed=1",
             "reward": None,
             "environment": {"name": "maze", "maxTurns": 5},
-        }
+        },
+        # As the demo's maze job: 5 turns do not fit the tiny model's 512 positions, so nothing is served.
+        "inference": {"enabled": False},
     }
 }
 
