@@ -20,6 +20,8 @@ class BadCase:
     case: str
     expect: str
     patch: dict[str, Any]
+    kueue: bool = False
+    """Kueue's own RayCluster webhook refuses the RayCluster such a job would produce (test_kueue_webhook.py)."""
 
 
 def example(name: str = "job.yaml") -> dict[str, Any]:
