@@ -8,8 +8,8 @@ the PEFT adapter (`lora_adapter/`, fp32); and small configs. SkyRL deletes the o
 a new one, so `keep + 1` checkpoints are on disk at the peak. The local (TRL) backend saves the adapter and its
 optimizer state only.
 
-Parameter counts come from a small table of known models (with the shapes that size a LoRA) or the `<N>B` in the
-model's name; for any other model the footprint is unknown (None).
+Parameter counts come from the reference models' architectures (mmrl_api.architecture, which also sizes a LoRA) or
+the `<N>B` in the model's name; for any other model the footprint is unknown (None).
 """
 
 from __future__ import annotations
@@ -18,55 +18,22 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
+from mmrl_api.architecture import Architecture, reference_architecture
 from mmrl_api.spec import LoRASpec, ModelSpec
 
 FP32_BYTES = 4
 ADAMW_STATES = 2  # exp_avg, exp_avg_sq
 
 
-@dataclass(frozen=True)
-class TextShape:
-    """The language model's sizes that fix a LoRA's parameter count (vision-tower LoRA is excluded)."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    q_out: int
-    kv_out: int
-
-    def lora_params(self, rank: int, targets: list[str]) -> int:
-        h, i = self.hidden, self.intermediate
-        in_out = {
-            "q_proj": (h, self.q_out),
-            "k_proj": (h, self.kv_out),
-            "v_proj": (h, self.kv_out),
-            "o_proj": (self.q_out, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
-        }
-        chosen = in_out.values() if "all-linear" in targets else [in_out[t] for t in targets if t in in_out]
-        return self.layers * rank * sum(a + b for a, b in chosen)
-
-
-# Qwen3-VL dense models: parameters (vision + language, from the published safetensors) and text config.
-KNOWN_MODELS: dict[str, tuple[int, TextShape]] = {
-    "qwen3-vl-2b": (2_127_000_000, TextShape(28, 2048, 6144, 2048, 1024)),
-    "qwen3-vl-4b": (4_438_000_000, TextShape(36, 2560, 9728, 4096, 1024)),
-    "qwen3-vl-8b": (8_767_000_000, TextShape(36, 4096, 12288, 4096, 1024)),
-    "qwen3-vl-32b": (33_417_000_000, TextShape(64, 5120, 25600, 8192, 1024)),
-}
-_KNOWN = re.compile(r"qwen3-vl-\d+b(?![\w.])")
 _BILLIONS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)b(?![a-z0-9])")
 
 
-def model_size(name: str) -> tuple[int, TextShape | None] | None:
-    """(parameters, text shape if known) for a model name, hub id, URI or path; None when unknown."""
-    leaf = name.rstrip("/").rsplit("/", 1)[-1].lower()
-    known = _KNOWN.search(leaf)
-    if known:
-        return KNOWN_MODELS.get(known.group(0)) or _from_name(leaf)
-    return _from_name(leaf)
+def model_size(name: str) -> tuple[int, Architecture | None] | None:
+    """(parameters, architecture if known) for a model name, hub id, URI or path; None when unknown."""
+    known = reference_architecture(name)
+    if known is not None:
+        return known.params, known
+    return _from_name(name.rstrip("/").rsplit("/", 1)[-1].lower())
 
 
 def _from_name(leaf: str) -> tuple[int, None] | None:

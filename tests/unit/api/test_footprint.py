@@ -8,7 +8,8 @@ import io
 import pytest
 
 from mmrl_api import MultimodalRLJob
-from mmrl_api.footprint import ADAMW_STATES, FP32_BYTES, TextShape, checkpoint_footprint, footprint_of, model_size
+from mmrl_api.architecture import REFERENCE_MODELS, Architecture
+from mmrl_api.footprint import ADAMW_STATES, FP32_BYTES, checkpoint_footprint, footprint_of, model_size
 from mmrl_api.spec import LoRASpec, ModelSpec
 from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.cli import validate_files
@@ -29,8 +30,8 @@ def test_reference_8b_job_needs_about_35_gb_per_checkpoint_times_keep_plus_one()
 @pytest.mark.parametrize(
     ("name", "params"),
     [
-        ("Qwen/Qwen3-VL-8B-Instruct", 8_767_000_000),
-        ("/fsx/models/Qwen3-VL-2B-Thinking", 2_127_000_000),
+        ("Qwen/Qwen3-VL-8B-Instruct", REFERENCE_MODELS["qwen3-vl-8b"].params),
+        ("/fsx/models/Qwen3-VL-2B-Thinking", REFERENCE_MODELS["qwen3-vl-2b"].params),
         ("hf://Qwen/Qwen3-VL-30B-A3B-Instruct", 30_000_000_000),  # not in the table: the name's 30B
         ("s3://models/llava-v1.6-7b", 7_000_000_000),
     ],
@@ -61,7 +62,7 @@ def test_lora_count_and_adamw_state_match_a_real_peft_qwen3_vl(rank: int, target
     from transformers import Qwen3VLForConditionalGeneration
 
     from mmrl_api.adapter_rules import VISION_TOWER_MODULES
-    from mmrl_trainer.tiny import TEXT, build_config, build_tokenizer
+    from mmrl_trainer.tiny import build_config, build_tokenizer
 
     torch.manual_seed(0)
     config = build_config(build_tokenizer())
@@ -70,8 +71,7 @@ def test_lora_count_and_adamw_state_match_a_real_peft_qwen3_vl(rank: int, target
         LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, exclude_modules=VISION_TOWER_MODULES),
     )
     trained = [p for p in model.parameters() if p.requires_grad]
-    heads, kv = TEXT["num_attention_heads"], config.text_config.num_key_value_heads
-    shape = TextShape(TEXT["num_hidden_layers"], TEXT["hidden_size"], TEXT["intermediate_size"], heads * 32, kv * 32)
+    shape = Architecture.from_hf_config(config.to_dict())
     assert sum(p.numel() for p in trained) == shape.lora_params(rank, targets)
 
     # AdamW as SkyRL builds it (over all FSDP parameters): state only for those with gradients.
