@@ -95,6 +95,9 @@ def trainer_config(model: Path, tmp: Path, *, prompts: int, samples: int, steps:
     )
 
 
+_ACTIVE: PhasePeaks | None = None
+
+
 class PhasePeaks:
     """Wraps GRPOTrainer's generation and loss to record each phase's peak allocated bytes."""
 
@@ -105,13 +108,20 @@ class PhasePeaks:
         self.base = 0
 
     def install(self) -> None:
+        """Wrap the two methods once per process; a later size's PhasePeaks takes over the same wrappers."""
         import torch
         from trl import GRPOTrainer
 
-        peaks = self
+        global _ACTIVE
+        first = _ACTIVE is None
+        _ACTIVE = self
+        if not first:
+            return
+
         generate, train_step = GRPOTrainer._generate_and_score_completions, GRPOTrainer.training_step
 
         def timed_generation(trainer, *args, **kwargs):  # type: ignore[no-untyped-def]
+            peaks = _ACTIVE
             torch.cuda.synchronize()
             peaks.base = peaks.base or torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -122,6 +132,7 @@ class PhasePeaks:
             return out
 
         def timed_training(trainer, *args, **kwargs):  # type: ignore[no-untyped-def]
+            peaks = _ACTIVE
             out = train_step(trainer, *args, **kwargs)
             torch.cuda.synchronize()
             peaks.training.append(torch.cuda.max_memory_allocated())
@@ -209,6 +220,7 @@ def main() -> None:
     device = torch.cuda.get_device_properties(0)
     result: dict[str, Any] = {
         "gpu": device.name,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "gpu_memory_gib": round(device.total_memory / 2**30, 1),
         "torch": torch.__version__,
         "args": {k: v for k, v in vars(args).items() if k != "out"},

@@ -56,6 +56,10 @@ class ProgressConfig(_Strict):
 class Placement(_Strict):
     num_nodes: int = Field(default=1, ge=1)
     gpus_per_node: int = Field(default=0, ge=0)
+    gpu_model: str | None = None
+    gpu_memory_mib: int | None = Field(default=None, ge=1)
+    """The workers' GPU (mmrl_api.gpus, from the worker group's instanceType), for the trainer's memory check
+    before any engine starts; None when the instance type is not in the table."""
 
     @property
     def world_size(self) -> int:

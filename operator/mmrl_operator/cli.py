@@ -36,6 +36,21 @@ def _footprint(job) -> str:  # type: ignore[no-untyped-def]
     return found.describe() if found else f"unknown (no parameter count for {job.spec.model.name})"
 
 
+def _memory_plan(job, where: str, out, err) -> bool:  # type: ignore[no-untyped-def]
+    """Print the job's GPU memory plan; False (with each problem on `err`, field first) when it does not fit."""
+    from mmrl_api.memory_plan import spec_plan
+
+    plan = spec_plan(job.spec)
+    if plan is None:
+        print(f"{where}: GPU memory plan: unknown (needs a reference model and a known instanceType)", file=out)
+        return True
+    for line in plan.lines(problems=False):
+        print(f"{where}: {line}", file=out)
+    for problem in plan.problems:
+        print(f"{where}: {problem.field}: {problem.message}", file=err)
+    return plan.fits
+
+
 def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:  # type: ignore[no-untyped-def]
     """Validate every MultimodalRLJob document in the files; print errors with field paths. Exit status."""
     failed = False
@@ -61,6 +76,8 @@ def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:
             else:
                 print(f"{where}: ok: {_summary(job)}", file=out)
                 print(f"{where}: checkpoint footprint: {_footprint(job)}", file=out)
+                if not _memory_plan(job, where, out, err):
+                    failed = True
     return 1 if failed else 0
 
 

@@ -20,6 +20,7 @@ import yaml
 from mmrl_api import MultimodalRLJob, validate_manifest
 from mmrl_api.constants import KIND
 from mmrl_api.job import ObjectMeta
+from mmrl_api.memory_plan import spec_plan
 from mmrl_api.status import JobStatus
 from mmrl_operator.observed import Observed, desired_workers
 from mmrl_operator.reconcile import decide
@@ -111,6 +112,7 @@ def render_file(path: str, namespace: str | None, out: TextIO | None = None, err
         print(f"{path}: no {KIND} documents", file=err)
         return 1
     objects: list[dict[str, Any]] = []
+    notes: list[str] = []
     for doc in jobs:
         job, errors = validate_manifest(doc)
         for e in errors:
@@ -119,10 +121,13 @@ def render_file(path: str, namespace: str | None, out: TextIO | None = None, err
             return 1  # nothing is printed for a file the apiserver would refuse in part
         if job.spec.suspend:
             print(f"{path}: spec.suspend is true: the operator creates these once it is false", file=err)
+        plan = spec_plan(job.spec)
+        if plan is not None:  # as YAML comments, so the output still applies with `kubectl apply -f -`
+            notes += [f"# {job.name}: {line}" for line in plan.lines()]
         try:
             objects += render_objects(as_submitted(job, namespace))
         except RenderError as exc:
             print(f"{path}: {exc}", file=err)
             return 1
-    out.write(render_yaml(objects))
+    out.write("".join(f"{line}\n" for line in notes) + render_yaml(objects))
     return 0

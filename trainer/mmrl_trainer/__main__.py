@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(EXIT_BAD_CONFIG, str(err))
         return EXIT_OK
     try:
+        from mmrl_trainer.memory_check import check_memory
+
+        check_memory(cfg)  # before any engine or model load: a job that cannot fit fails now, exit 2
         if cfg.backend == "local":
             from mmrl_trainer.backends import local
 

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 from mmrl_api import MultimodalRLJob
+from mmrl_api.cluster import WorkerGroup
+from mmrl_api.gpus import instance_gpu
 from mmrl_api.trainer_config import CheckpointConfig, JobRef, Placement, TrainerConfig
 from mmrl_operator.builders.common import child_metadata
 from mmrl_operator.builders.volumes import build_mounts, local_path
@@ -37,8 +39,19 @@ def build_trainer_config(job: MultimodalRLJob) -> TrainerConfig:
         ),
         resume="latest",
         export_dir=f"{directory}/adapter",
-        placement=Placement(num_nodes=sum(g.replicas for g in groups), gpus_per_node=groups[0].gpus_per_node),
+        placement=placement(groups),
         tracking=spec.tracking,
+    )
+
+
+def placement(groups: list[WorkerGroup]) -> Placement:
+    """Nodes, GPUs per node, and the GPU when the first group's instance type is known (mmrl_api.gpus)."""
+    found = instance_gpu(groups[0].instance_type)
+    return Placement(
+        num_nodes=sum(g.replicas for g in groups),
+        gpus_per_node=groups[0].gpus_per_node,
+        gpu_model=found.gpu.model if found else None,
+        gpu_memory_mib=found.gpu.memory_mib if found else None,
     )
 
 
