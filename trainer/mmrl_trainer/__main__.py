@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
@@ -77,6 +79,15 @@ def report_adapter(  # type: ignore[no-untyped-def]
         log.warning("could not report the adapter; the inference pod's init container checks it on its own")
 
 
+def allocator_env(backend: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The local backend's CUDA allocator setting, unless the user set one. Without expandable segments TRL's
+    growing generation and training tensors fragment the cache: on an H200 a 1.6B model's step peaked at 21.6 GiB
+    allocated but 77.4 GiB reserved; with them, 23.2 GiB (bench/measured). SkyRL sets it in its own workers."""
+    if backend != "local" or "PYTORCH_CUDA_ALLOC_CONF" in env:
+        return {}
+    return {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == [SELFTEST]:  # `python -m mmrl_trainer selftest ...`: the image self-test, not a training run
@@ -118,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             return _fail(EXIT_BAD_CONFIG, str(err))
         return EXIT_OK
+    os.environ.update(allocator_env(cfg.backend, os.environ))
     try:
         from mmrl_trainer.memory_check import check_memory
 

@@ -63,3 +63,11 @@ def test_the_models_own_config_json_decides_the_shape(tmp_path: Path) -> None:
 def test_no_known_gpu_means_no_check(tmp_path: Path) -> None:
     cfg = maze_config(tmp_path, 0.2)
     assert check_memory(cfg.model_copy(update={"placement": Placement(num_nodes=3, gpus_per_node=2)})) is None
+
+
+def test_the_local_backend_runs_torch_with_expandable_segments_unless_told_otherwise() -> None:
+    from mmrl_trainer.__main__ import allocator_env
+
+    assert allocator_env("local", {}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert allocator_env("local", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) == {}
+    assert allocator_env("skyrl", {}) == {}  # SkyRL switches it on in its workers after loading the weights
