@@ -137,6 +137,22 @@ class CheckpointFootprint(StatusModel):
     summary: str = Field(max_length=256)
 
 
+class MemoryPlanStatus(StatusModel):
+    """One worker GPU's memory plan (mmrl_api.memory_plan): the larger of the training and rollout phases against the
+    GPU, from the reference model table and the worker group's instance type. The trainer checks again with the
+    model's own config.json before any engine starts."""
+
+    gpu: str = Field(max_length=128)
+    gpu_bytes: int = Field(ge=0)
+    training_bytes: int = Field(ge=0)
+    rollout_bytes: int = Field(ge=0)
+    kv_cache_tokens: int | None = Field(default=None, ge=0)
+    """Tokens each vLLM engine's KV cache holds (SkyRL backend)."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    fits: bool
+    summary: str = Field(max_length=1024)
+
+
 class AdapterEvaluation(StatusModel):
     """The held-out evaluation the promotion gate reads (spec.inference.promoteWhen), as the trainer measured it."""
 
@@ -265,6 +281,8 @@ class JobStatus(StatusModel):
     """The preflight's outcome (`spec.preflight`); absent when the job has none."""
     checkpoint_footprint: CheckpointFootprint | None = None
     """Expected peak checkpoint storage; absent when the model's size is unknown."""
+    memory_plan: MemoryPlanStatus | None = None
+    """Expected GPU memory per worker GPU; absent when the model or the instance type is not in mmrl's tables."""
     tracking: TrackingStatus | None = None
     adapter: AdapterStatus | None = None
     inference: InferenceStatus | None = None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mmrl_api.footprint import footprint_status
-from mmrl_api.status import MAX_ATTEMPT_HISTORY, CheckpointFootprint
+from mmrl_api.memory_plan import spec_plan
+from mmrl_api.status import MAX_ATTEMPT_HISTORY, CheckpointFootprint, MemoryPlanStatus
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.decision import Decision, Plan, ts
 from mmrl_operator.observed import queued_by_kueue, rayjob_outcome
@@ -91,6 +92,8 @@ def finish(d: Decision) -> Plan:
     d.status.observed_generation = d.gen
     footprint = footprint_status(d.spec)
     d.status.checkpoint_footprint = CheckpointFootprint.model_validate(footprint) if footprint else None
+    memory = spec_plan(d.spec)
+    d.status.memory_plan = MemoryPlanStatus.model_validate(memory.status()) if memory else None
     if d.status.phase not in ("Failed",):
         d.status.message = d.message or None
     cur = d.current()

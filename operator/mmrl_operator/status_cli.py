@@ -38,6 +38,9 @@ def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
     footprint = st.get("checkpointFootprint")
     if footprint:
         lines.append(f"  checkpoint storage (expected): {footprint.get('summary', '-')}")
+    memory = st.get("memoryPlan")
+    if memory:
+        lines.append(f"  GPU memory (expected, per GPU): {memory.get('summary', '-')}")
     restarts = st.get("restarts") or {}
     spec_res = (job.get("spec") or {}).get("resilience") or {}
     lines.append(

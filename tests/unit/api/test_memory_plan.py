@@ -136,3 +136,22 @@ def test_local_backend_plan_is_within_10_percent_of_the_measured_h200_peak(row: 
     assert abs(planned - row["peak_training_gib"]) / row["peak_training_gib"] <= 0.10
     # what a job is refused above (TRAINING_SHARE of the GPU) covers the estimate's shortfall
     assert found.training_bytes / TRAINING_SHARE > row["peak_training_gib"] * GiB
+
+
+def test_the_operator_writes_the_plan_into_the_jobs_status_and_mmrl_status_shows_it() -> None:
+    from mmrl_operator.observed import Observed
+    from mmrl_operator.reconcile import decide
+    from mmrl_operator.status_cli import render_status
+    from tests.support.factories import T0, job
+
+    j = job()  # examples/job.yaml: Qwen3-VL-8B on ml.p5.48xlarge
+    status = decide(j, 1, Observed(), T0).status
+    expected = spec_plan(j.spec)
+    assert expected is not None and expected.engine is not None
+    found = status["memoryPlan"]
+    assert found["fits"] is True and found["kvCacheTokens"] == expected.engine.kv_tokens
+    assert (found["trainingBytes"], found["maxModelLen"]) == (expected.training_bytes, expected.engine.max_model_len)
+    shown = render_status({"metadata": {"namespace": "team", "name": "maze"}, "status": status}, [])
+    assert "GPU memory (expected, per GPU): training:" in shown
+    unknown = job({"spec": {"model": {"name": "s3://models/my-own-vlm/"}}})
+    assert "memoryPlan" not in decide(unknown, 1, Observed(), T0).status
