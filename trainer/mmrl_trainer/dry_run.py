@@ -96,4 +96,15 @@ def describe(cfg: TrainerConfig, *, attempt: int = 1) -> str:
         f"job: {cfg.job.namespace}/{cfg.job.name} attempt {attempt}, resume {cfg.resume}",
         f"model: {cfg.model.name}" + (f" @ {cfg.model.revision}" if cfg.model.revision else ""),
     ]
-    return "\n".join(head + (_skyrl(cfg) if cfg.backend == "skyrl" else _local(cfg)))
+    return "\n".join(head + (_skyrl(cfg) if cfg.backend == "skyrl" else _local(cfg)) + _memory(cfg))
+
+
+def _memory(cfg: TrainerConfig) -> list[str]:
+    """The GPU memory plan the run checks before any engine starts (a local or cached config.json, else the
+    reference table)."""
+    from mmrl_trainer.memory_check import plan_memory
+
+    plan, source = plan_memory(cfg)
+    if plan is None:
+        return [f"GPU memory plan: none ({source})"]
+    return [f"model shape from: {source}", *plan.lines()]

@@ -50,20 +50,25 @@ def read_model_config(cfg: TrainerConfig) -> tuple[dict[str, Any], str] | None:
     return json.loads(path.read_text()), str(path)
 
 
-def check_memory(cfg: TrainerConfig) -> MemoryPlan | None:
-    """Plan this job on its workers' GPU; raise InvalidConfig when it does not fit. None when it cannot check."""
+def plan_memory(cfg: TrainerConfig) -> tuple[MemoryPlan | None, str]:
+    """(the plan on the workers' GPU, where the model's shape came from), or (None, why there is no plan)."""
     place = cfg.placement
     if not place.gpu_memory_mib or place.gpus_per_node == 0:
-        log.info("memory plan: skipped (the workers' GPU is not known: no GPUs, or an instance type not in the table)")
-        return None
+        return None, "the workers' GPU is not known: no GPUs, or an instance type not in the table"
     found = read_model_config(cfg)
     arch = Architecture.from_hf_config(found[0]) if found else reference_architecture(cfg.model.name)
     if arch is None:
-        log.info("memory plan: skipped (no config.json and no reference architecture for %s)", cfg.model.name)
-        return None
-    source = found[1] if found else "the reference table"
+        return None, f"no config.json and no reference architecture for {cfg.model.name}"
     gpu = Gpu(place.gpu_model or "GPU", place.gpu_memory_mib)
-    plan = task_plan(cfg, cfg.backend, gpu, place.world_size, arch)
+    return task_plan(cfg, cfg.backend, gpu, place.world_size, arch), found[1] if found else "the reference table"
+
+
+def check_memory(cfg: TrainerConfig) -> MemoryPlan | None:
+    """Plan this job on its workers' GPU; raise InvalidConfig when it does not fit. None when it cannot check."""
+    plan, source = plan_memory(cfg)
+    if plan is None:
+        log.info("memory plan: skipped (%s)", source)
+        return None
     for line in plan.lines(problems=False):
         log.info("%s", line)
     if not plan.fits:

@@ -71,3 +71,13 @@ def test_the_local_backend_runs_torch_with_expandable_segments_unless_told_other
     assert allocator_env("local", {}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert allocator_env("local", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) == {}
     assert allocator_env("skyrl", {}) == {}  # SkyRL switches it on in its workers after loading the weights
+
+
+def test_the_dry_run_prints_the_plan_the_run_would_check(tmp_path: Path) -> None:
+    from mmrl_trainer.dry_run import describe
+
+    fits = describe(maze_config(tmp_path, 0.45))
+    assert "GPU memory plan, per GPU (NVIDIA RTX PRO 6000" in fits and "max_model_len 19,200" in fits
+    assert "peak" in fits and ": fits" in fits
+    tight = describe(maze_config(tmp_path, 0.2))
+    assert "does NOT fit" in tight and "! spec.algorithm.rolloutGpuMemoryUtilization" in tight
