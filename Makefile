@@ -120,8 +120,14 @@ fmt: setup
 PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests for '$(1)' - failing" >&2; exit 1; fi; exit $$rc
 
-test: setup skyrl-venv mlflow-venv bins crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
-	$(call PYTEST,tests --durations=25)
+# TEST_WORKERS=N runs the tests in N parallel workers (pytest-xdist), each
+# with a control plane of its own; loadgroup hands out one test at a time, except that tests of one xdist_group share
+# a worker. Default 0 (one process): at 2 workers the KubeRay contract test does not pass yet (issue #29 item 6).
+TEST_WORKERS ?= 0
+TEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
+test: setup skyrl-venv mlflow-venv kuberay crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
+	$(call PYTEST,tests $(TEST_PARALLEL) --durations=25)
 
 test-unit: setup skyrl-venv mlflow-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
 	$(call PYTEST,tests/unit)
@@ -180,7 +186,8 @@ bench-compare: bins kuberay ## latency, recovery and memory: operator at BEFORE=
 	$(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/after
 	$(VPY) bench/report.py
 
-kuberay: bins ## build (or reuse) the real KubeRay operator (ray-operator v1.5.1) from its Go module
+# The control plane's binaries and KubeRay's are built at the same time (`build --kuberay`), not one after the other.
+kuberay: setup ## build (or reuse) the control plane binaries and the real KubeRay operator (ray-operator v1.5.1)
 	$(VPY) -m mmrl_local build --kuberay
 
 clean-cache: ## drop the cached virtualenvs and binaries

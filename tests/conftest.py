@@ -21,6 +21,11 @@ for _name, _value in {
     "HF_HUB_OFFLINE": "1",
 }.items():
     os.environ[_name] = _value
+# Parallel workers (pytest-xdist's gw0, gw1, ...) each run a control plane of their own; each takes its own part of
+# the pod IP ranges, so the pods two workers run for real never get the same address (podnet.slice_of). Slice 0 is
+# left out: a run without a slice (a developer's `make up`, a one-process test run) hands out addresses from there.
+if os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw").isdigit():
+    os.environ["MMRL_POD_SLICE"] = str(1 + int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")) % 7)
 
 # Control plane, namespace, nodes, stand-in and operator fixtures for tests/cluster and tests/e2e (lazy: unit tests
 # never start anything); in CI a skip is a failure (ci_strict) and property tests run from a fixed, printed seed
@@ -36,10 +41,42 @@ pytest_plugins = [
 
 
 def pytest_collection_finish(session) -> None:
-    """When SkyRL tests were collected, their worker imports SkyRL while the tests before them run."""
+    """When SkyRL tests were collected, their worker imports SkyRL while the tests before them run. A parallel
+    worker (pytest-xdist) does not know which tests it will get: it imports SkyRL at its first SkyRL test."""
     from tests.support import skyrl
+
+    if hasattr(session.config, "workerinput"):
+        return
 
     if any(getattr(getattr(item, "module", None), "run_skyrl", None) is skyrl.run_skyrl for item in session.items):
         # No SkyRL venv: each SkyRL test fails on its own, saying how to build it.
         with contextlib.suppress(pytest.fail.Exception):
             skyrl.start_worker()
+
+
+# In a parallel run the long tests go first and the many short ones last, where they fill the workers' tails.
+_PARALLEL_ORDER = ("tests/e2e", "tests/cluster", "tests/trainer", "tests/skyrl")
+# The tests that run real Ray (and vLLM, MLflow) pods take a core or more each for minutes: in a parallel run they
+# share one worker, one at a time, while the others run the tests that mostly wait on the apiserver.
+_ONE_AT_A_TIME = (
+    "tests/e2e/test_demo_path.py",
+    "tests/cluster/test_demo_mlflow.py",
+    "tests/cluster/test_kuberay_contract.py",
+    "tests/cluster/test_real_kuberay.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        ranks = (i for i, group in enumerate(_PARALLEL_ORDER) if path.startswith(group + "/"))
+        return next(ranks, len(_PARALLEL_ORDER))
+
+    items.sort(key=rank)  # stable: each group keeps its own order
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in _ONE_AT_A_TIME:
+            item.add_marker(pytest.mark.xdist_group("real-ray"))

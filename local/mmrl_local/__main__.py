@@ -7,6 +7,7 @@ its pod network (namespaces, veths, bridge: see ``podnet``).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -37,13 +38,17 @@ def read_state() -> dict | None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    bins = build.build()
-    crd_dir = build.kuberay_crd_dir()
-    print(f"binaries: {bins.dir}")
-    print(f"kuberay CRDs: {crd_dir} ({build.KUBERAY_MODULE}@{build.KUBERAY_VERSION})")
-    print(f"ServiceMonitor CRD (chart tests): {build.servicemonitor_crd_path()}")
-    if args.kuberay:
-        print(f"kuberay operator: {build.build_kuberay()}")
+    # With --kuberay both builds run at once: one's module downloads and single-threaded links fill the cores the
+    # other leaves idle (each has its own cache key and lock, so nothing is built twice).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        kuberay = pool.submit(build.build_kuberay) if args.kuberay else None
+        bins = build.build()
+        crd_dir = build.kuberay_crd_dir()
+        print(f"binaries: {bins.dir}")
+        print(f"kuberay CRDs: {crd_dir} ({build.KUBERAY_MODULE}@{build.KUBERAY_VERSION})")
+        print(f"ServiceMonitor CRD (chart tests): {build.servicemonitor_crd_path()}")
+        if kuberay is not None:
+            print(f"kuberay operator: {kuberay.result()}")
     return 0
 
 

@@ -272,7 +272,7 @@ class ControlPlane:
             f"--config={stages}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--cidr={KWOK_POD_CIDR}",
+            f"--cidr={podnet.slice_of(KWOK_POD_CIDR)}",
             f"--node-ip={NODE_IP}",
             f"--server-address=127.0.0.1:{free_port()}",
             "--node-lease-duration-seconds=40",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def _load(path: Path, cache_dir: Path | None) -> list[dict]:
     docs = [d for d in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")  # parallel test workers may all write it at once
         tmp.write_text(json.dumps(docs))
         tmp.replace(cached)
     return docs

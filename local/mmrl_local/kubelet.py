@@ -18,7 +18,6 @@ The loop is level-triggered: every pass lists nodes, pods, Services and Endpoint
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from mmrl_local.kubelet_logs import LogServer
 from mmrl_local.kubelet_pod import PodWorker, finish_delete
 
 LOG_ADDRESS = "127.0.0.1"  # the apiserver reaches the log endpoint here (test traffic stays on loopback)
-POD_RANGE = ipaddress.ip_network("10.244.128.0/17")  # kwok hands out podnet.KWOK_POD_CIDR, the other half
+POD_RANGE = "10.244.128.0/17"  # kwok hands out podnet.KWOK_POD_CIDR, the other half; podnet.slice_of narrows it
 LEASE_SECONDS = 40
 
 
@@ -118,6 +117,7 @@ class Kubelet:
         self.workers: dict[str, PodWorker] = {}
         self._ips: dict[str, str] = {}  # pod uid -> the IP this kubelet gave it
         self._cursor = 0
+        self.pod_range = podnet.slice_of(POD_RANGE)
         self._beats: dict[str, float] = {}
         self._reported: dict[str, str] = {}  # node -> the Ready status last written
         self._stop = threading.Event()
@@ -224,12 +224,13 @@ class Kubelet:
             return pod
         # Round robin over the range, as an IPAM does, so a freed address is not handed out again at once; an
         # address another run on this machine routes to its own bridge is skipped too.
-        routed = {r.get("dst") for r in podnet.ip_json("route", "show", "root", str(POD_RANGE))}
+        pod_range = self.pod_range
+        routed = {r.get("dst") for r in podnet.ip_json("route", "show", "root", str(pod_range))}
         taken = used | routed | set(self._ips.values()) | {podnet.GATEWAY}
-        size = POD_RANGE.num_addresses - 2  # the range's hosts: POD_RANGE[1] .. POD_RANGE[size]
+        size = pod_range.num_addresses - 2  # the range's hosts: pod_range[1] .. pod_range[size]
         start = self._cursor % size
-        index = next(i for i in [*range(start, size), *range(start)] if str(POD_RANGE[1 + i]) not in taken)
-        address, self._cursor = str(POD_RANGE[1 + index]), index + 1
+        index = next(i for i in [*range(start, size), *range(start)] if str(pod_range[1 + i]) not in taken)
+        address, self._cursor = str(pod_range[1 + index]), index + 1
         self._ips[uid] = address
         used.add(address)
         pod.setdefault("status", {})

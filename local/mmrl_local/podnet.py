@@ -51,6 +51,10 @@ log = logging.getLogger("mmrl_local.podnet")
 # -- addressing of the local cluster ------------------------------------------------------------------------
 POD_CIDR = "10.244.0.0/16"  # the cluster's pod network; each pod's eth0 carries its IP with this prefix
 KWOK_POD_CIDR = "10.244.0.0/17"  # what kwok hands out (it starts at .0.1 and reuses freed addresses)
+# Runs on one machine at the same time (parallel test workers) each take their own part of kwok's range and of the
+# local kubelet's, so two runs never hand out the same pod IP: MMRL_POD_SLICE=<0..7> picks the part (slice_of).
+SLICE_ENV = "MMRL_POD_SLICE"
+SLICES = 8
 GATEWAY = "10.244.255.254"  # the host's address on every run's bridge: in POD_CIDR, outside KWOK_POD_CIDR
 SERVICE_CIDR = "10.0.0.0/24"
 NODE_IP = "10.1.0.1"  # kwok's --node-ip: the InternalIP of every fake node
@@ -96,6 +100,17 @@ def run_of(name: str) -> str | None:
         return link["bridge"] or link["veth"]
     ns = _NETNS.match(name)
     return ns["run"] if ns else None
+
+
+def slice_of(network: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """``network``, or the eighth of it that ``MMRL_POD_SLICE`` names when it is set."""
+    whole = ipaddress.ip_network(network)
+    raw = os.environ.get(SLICE_ENV, "")
+    if not raw:
+        return whole
+    if not raw.isdigit() or int(raw) >= SLICES:
+        raise PodNetError(f"{SLICE_ENV}={raw!r}: must be a number from 0 to {SLICES - 1}")
+    return list(whole.subnets(prefixlen_diff=SLICES.bit_length() - 1))[int(raw)]
 
 
 # -- the `ip` command -----------------------------------------------------------------------------------------

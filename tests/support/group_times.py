@@ -33,8 +33,10 @@ def table(seconds: dict[str, float], tests: dict[str, set[str]]) -> list[str]:
     return rows
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     if _SECONDS:
-        terminalreporter.write_sep("=", "time per test group (setup, call and teardown)")
+        workers = config.getoption("numprocesses", None)  # pytest-xdist's -n: the groups' times overlap
+        where = f", summed over {workers} parallel workers" if workers else ""
+        terminalreporter.write_sep("=", f"time per test group (setup, call and teardown{where})")
         for row in table(_SECONDS, _TESTS):
             terminalreporter.write_line(row)

@@ -14,6 +14,10 @@ import pytest
 
 from mmrl_local import podnet, procs
 
+# Both files add unregistered namespaces and links that the other's snapshots would count: in a parallel run
+# (pytest-xdist) they share one worker, so they never run at the same time.
+pytestmark = pytest.mark.xdist_group("leftover-names")
+
 LEAKS = """
 import os, subprocess
 from mmrl_local import podnet

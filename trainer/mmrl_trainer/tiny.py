@@ -9,6 +9,7 @@ modules_to_save) can then sharpen. Builds are cached under `$MMRL_CACHE/models/<
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -240,7 +241,18 @@ def build_tiny_vlm(
     target = Path(out_dir) if out_dir else cache_root() / "models" / f"tiny-qwen3-vl-{key}"
     if (target / "mmrl-tiny.json").is_file():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel test workers ask for the same model at once: one builds it, the others wait and reuse it (a second
+    # build would replace the directory under a reader).
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "mmrl-tiny.json").is_file():
+            return target
+        _build(target, spec, seed, warmup_steps, p_correct, move_steps)
+    return target
 
+
+def _build(target: Path, spec: dict, seed: int, warmup_steps: int, p_correct: float, move_steps: int) -> None:
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
@@ -257,7 +269,6 @@ def build_tiny_vlm(
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
     model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
     # Build next to the target and rename, so a crashed build never leaves a directory that looks finished.
-    target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     model.save_pretrained(staging)
     processor.save_pretrained(staging)
@@ -265,7 +276,6 @@ def build_tiny_vlm(
     if target.exists():
         shutil.rmtree(target)
     os.replace(staging, target)
-    return target
 
 
 def main(argv: list[str] | None = None) -> None:

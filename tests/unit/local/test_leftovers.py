@@ -19,6 +19,10 @@ import pytest
 from mmrl_local import leftovers, podnet, procs
 from tests.support.polling import wait_until
 
+# Both files add unregistered namespaces and links that the other's snapshots would count: in a parallel run
+# (pytest-xdist) they share one worker, so they never run at the same time.
+pytestmark = pytest.mark.xdist_group("leftover-names")
+
 
 @pytest.fixture(autouse=True)
 def own_mark(monkeypatch: pytest.MonkeyPatch) -> None:
