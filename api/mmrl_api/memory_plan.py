@@ -32,7 +32,7 @@ chunk of completion tokens. bench/gpu_local_step.py measures this on a GPU; benc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from mmrl_api.architecture import Architecture, reference_architecture
@@ -228,7 +228,7 @@ def plan(i: PlanInputs) -> MemoryPlan:
             "activations": training_activations(a, i.micro_batch, i.max_model_len, BF16, flash=True, logits=True),
         }
         result = MemoryPlan(i, training, engine_plan(i))
-    return MemoryPlan(result.inputs, result.training, result.engine, result.generation, _problems(result))
+    return replace(result, problems=_problems(result))
 
 
 def _problems(p: MemoryPlan) -> list[Problem]:
