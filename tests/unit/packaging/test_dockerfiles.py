@@ -268,7 +268,7 @@ def _copy_sources(instructions: list[Instruction]) -> list[tuple[str, int]]:
 # What each image may take from the build context: its own package, the shared API package, and (operator) the lock.
 IMAGE_CONTENT = {
     OPERATOR: {"requirements.lock", "api/mmrl_api", "operator/mmrl_operator"},
-    TRAINER: {"api/mmrl_api", "trainer/mmrl_trainer"},
+    TRAINER: {"api/mmrl_api", "trainer/mmrl_trainer", "docker/trainer-pins.txt"},
 }
 
 
