@@ -120,9 +120,8 @@ fmt: setup
 PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests for '$(1)' - failing" >&2; exit 1; fi; exit $$rc
 
-# TEST_WORKERS=N runs the tests in N parallel workers (pytest-xdist), each
-# with a control plane of its own; loadgroup hands out one test at a time, except that tests of one xdist_group share
-# a worker. Default 0 (one process): at 2 workers the KubeRay contract test does not pass yet (issue #29 item 6).
+# TEST_WORKERS=N runs the tests in N parallel workers (pytest-xdist), each with a control plane of its own; loadgroup
+# hands out one test at a time, except that the files tests/support/parallel.py groups share a worker, in order.
 TEST_WORKERS ?= 0
 TEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 

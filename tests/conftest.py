@@ -36,6 +36,7 @@ pytest_plugins = [
     "tests.support.property_seed",
     "tests.support.leftovers",  # a namespace, link or process the session left behind fails the run
     "tests.support.group_times",  # the time each test group took, at the end of the run
+    "tests.support.parallel",  # TEST_WORKERS=N: which tests share a worker, and in what order workers take them
     "pytester",
 ]
 
@@ -52,31 +53,3 @@ def pytest_collection_finish(session) -> None:
         # No SkyRL venv: each SkyRL test fails on its own, saying how to build it.
         with contextlib.suppress(pytest.fail.Exception):
             skyrl.start_worker()
-
-
-# In a parallel run the long tests go first and the many short ones last, where they fill the workers' tails.
-_PARALLEL_ORDER = ("tests/e2e", "tests/cluster", "tests/trainer", "tests/skyrl")
-# The tests that run real Ray (and vLLM, MLflow) pods take a core or more each for minutes: in a parallel run they
-# share one worker, one at a time, while the others run the tests that mostly wait on the apiserver.
-_ONE_AT_A_TIME = (
-    "tests/e2e/test_demo_path.py",
-    "tests/cluster/test_demo_mlflow.py",
-    "tests/cluster/test_kuberay_contract.py",
-    "tests/cluster/test_real_kuberay.py",
-)
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not hasattr(config, "workerinput"):
-        return
-
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        ranks = (i for i, group in enumerate(_PARALLEL_ORDER) if path.startswith(group + "/"))
-        return next(ranks, len(_PARALLEL_ORDER))
-
-    items.sort(key=rank)  # stable: each group keeps its own order
-    for item in items:
-        if item.nodeid.split("::", 1)[0] in _ONE_AT_A_TIME:
-            item.add_marker(pytest.mark.xdist_group("real-ray"))

@@ -15,8 +15,7 @@ import pytest
 from mmrl_local import podnet, procs
 
 # Both files add unregistered namespaces and links that the other's snapshots would count: in a parallel run
-# (pytest-xdist) they share one worker, so they never run at the same time.
-pytestmark = pytest.mark.xdist_group("leftover-names")
+# (pytest-xdist) they share one worker, so they never run at the same time (tests/conftest.py, _SHARE_A_WORKER).
 
 LEAKS = """
 import os, subprocess

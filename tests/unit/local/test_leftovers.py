@@ -20,8 +20,7 @@ from mmrl_local import leftovers, podnet, procs
 from tests.support.polling import wait_until
 
 # Both files add unregistered namespaces and links that the other's snapshots would count: in a parallel run
-# (pytest-xdist) they share one worker, so they never run at the same time.
-pytestmark = pytest.mark.xdist_group("leftover-names")
+# (pytest-xdist) they share one worker, so they never run at the same time (tests/conftest.py, _SHARE_A_WORKER).
 
 
 @pytest.fixture(autouse=True)

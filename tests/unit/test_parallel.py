@@ -1,0 +1,43 @@
+"""A parallel run (pytest-xdist, loadgroup) keeps each group of tests/support/parallel.py in one worker, in order,
+and spreads the rest. Runs real pytest-xdist workers on a small suite laid out like ours."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+RECORDING_TEST = """
+import json, os
+from pathlib import Path
+
+def _record(name):
+    with Path({out!r}).open("a") as f:
+        f.write(json.dumps([name, os.environ["PYTEST_XDIST_WORKER"]]) + "\\n")
+
+{tests}
+"""
+
+
+def _file(out: str, prefix: str, count: int) -> str:
+    tests = "\n".join(f"def test_{prefix}{i}():\n    _record('{prefix}{i}')\n" for i in range(count))
+    return RECORDING_TEST.format(out=out, tests=tests)
+
+
+def test_a_group_runs_in_one_worker_in_order_and_the_rest_spreads(pytester: pytest.Pytester) -> None:
+    out = str(pytester.path / "ran.jsonl")
+    pytester.makepyfile(
+        **{
+            "tests/cluster/test_kuberay_contract.py": _file(out, "contract", 4),
+            "tests/e2e/test_demo_path.py": _file(out, "demo", 2),
+            "tests/unit/test_many.py": _file(out, "unit", 12),
+        }
+    )
+    result = pytester.runpytest_subprocess("-p", "tests.support.parallel", "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=18)
+    ran = [json.loads(line) for line in (pytester.path / "ran.jsonl").read_text().splitlines()]
+    grouped = [(name, worker) for name, worker in ran if not name.startswith("unit")]
+    assert len({worker for _, worker in grouped}) == 1, grouped
+    # e2e before cluster (long groups first), each file in its own order
+    assert [name for name, _ in grouped] == ["demo0", "demo1", "contract0", "contract1", "contract2", "contract3"]
+    assert len({worker for name, worker in ran if name.startswith("unit")}) == 2
