@@ -18,6 +18,7 @@ from mmrl_api.base import ApiModel, cel, cel_rules, immutable
 from mmrl_api.cluster import ClusterSpec
 from mmrl_api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from mmrl_api.context_budget import spec_max_model_len, spec_max_model_len_cel
+from mmrl_api.environment import LOCAL_CANNOT_RUN_SKYRL_GYM
 from mmrl_api.kueue import field_error, job_transition_rules
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
@@ -55,6 +56,11 @@ S3_ONE_NODE_CEL = (
     " || !has(self.cluster) || !has(self.cluster.workerGroups) || (size(self.cluster.workerGroups) == 1"
     " && (!has(self.cluster.workerGroups[0].replicas) || self.cluster.workerGroups[0].replicas == 1))"
 )
+SKYRL_GYM_NEEDS_SKYRL_CEL = (
+    "!has(self.dataset.environment) || !has(self.dataset.environment.name)"
+    " || self.dataset.environment.name != 'skyrl-gym'"
+    " || !has(self.trainer) || !has(self.trainer.backend) || self.trainer.backend != 'local'"
+)
 # Serving must hold every conversation the adapter was trained on (a job that serves nothing may keep any value).
 # One message for both sides: a messageExpression quoting the numbers costs more than the apiserver's CEL budget.
 SERVING_TOO_SHORT = (
@@ -75,6 +81,7 @@ class JobSpec(ApiModel):
             cel(S3_ONE_NODE_CEL, S3_NEEDS_ONE_NODE, ".checkpoint"),
             cel(GATE_NEEDS_VALIDATION_CEL, GATE_NEEDS_VALIDATION, ".inference"),
             cel(SERVING_LENGTH_CEL, SERVING_TOO_SHORT, ".inference.maxModelLen"),
+            cel(SKYRL_GYM_NEEDS_SKYRL_CEL, LOCAL_CANNOT_RUN_SKYRL_GYM, ".trainer.backend"),
             *job_transition_rules(),
         )
     }
@@ -95,6 +102,16 @@ class JobSpec(ApiModel):
     """Before the first attempt, run the trainer image's self-test (`python -m mmrl_trainer selftest`: a few GRPO
     steps of a tiny model with checkpoint, resume, export and the adapter check) on this job's own RayCluster, as
     RayJob `<name>-a0`. A failure ends the job Failed (reason InvalidConfig) without spending a restart."""
+
+    @field_validator("trainer")
+    @classmethod
+    def _skyrl_gym_needs_skyrl(cls, trainer: TrainerSpec, info: ValidationInfo) -> TrainerSpec:
+        """The Python side of SKYRL_GYM_NEEDS_SKYRL_CEL (dataset is validated before trainer)."""
+        dataset = info.data.get("dataset")
+        environment = dataset.environment if dataset is not None else None
+        if trainer.backend == "local" and environment is not None and environment.name == "skyrl-gym":
+            raise field_error(("backend",), LOCAL_CANNOT_RUN_SKYRL_GYM, trainer.backend)
+        return trainer
 
     @field_validator("checkpoint")
     @classmethod

@@ -56,3 +56,43 @@ def test_the_environment_travels_to_the_trainer_in_its_config() -> None:
     }
     single = TrainerConfig.model_validate(json.loads(build_config_map(job())["data"]["trainer.json"]))
     assert single.dataset.environment is None and single.dataset.reward.name == "numeric"
+
+
+VISGYM = "examples.train.visgym.env:VisGymEnv"
+
+
+def skyrl_gym(**environment) -> dict:
+    return {"spec": {"dataset": {"reward": None, "environment": {"name": "skyrl-gym", "class": VISGYM, **environment}}}}
+
+
+def test_a_skyrl_gym_environment_travels_to_the_trainer_with_its_class_and_params() -> None:
+    config = TrainerConfig.model_validate(
+        json.loads(build_config_map(job(skyrl_gym(params={"difficulty": "easy"})))["data"]["trainer.json"])
+    )
+    environment = config.dataset.environment
+    assert environment is not None and environment.name == "skyrl-gym"
+    assert (environment.class_path, environment.params) == (VISGYM, {"difficulty": "easy"})
+
+
+def test_a_class_is_required_for_custom_and_skyrl_gym_and_refused_for_maze() -> None:
+    for name, environment in (
+        ("skyrl-gym", {"name": "skyrl-gym"}),
+        ("custom", {"name": "custom"}),
+        ("maze", {"name": "maze", "class": VISGYM}),
+    ):
+        doc = job().wire()
+        doc["spec"]["dataset"] = {**doc["spec"]["dataset"], "reward": None, "environment": environment}
+        _, errors = validate_manifest(doc)
+        assert [(e.path, e.message) for e in errors] == [
+            ("spec.dataset.environment.class", "class is required when name is custom or skyrl-gym, and only then")
+        ], name
+
+
+def test_the_local_backend_refuses_a_skyrl_gym_environment_naming_trainer_backend() -> None:
+    doc = job(skyrl_gym()).wire()
+    doc["spec"]["trainer"]["backend"] = "local"
+    _, errors = validate_manifest(doc)
+    assert [e.path for e in errors] == ["spec.trainer.backend"]
+    assert "local cannot run a skyrl-gym environment" in errors[0].message
+    doc["spec"]["dataset"]["environment"]["name"] = "custom"
+    assert validate_manifest(doc)[1] == []
