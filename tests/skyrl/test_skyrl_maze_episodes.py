@@ -21,7 +21,7 @@ from mmrl_trainer.data import SKYRL_EPISODE_ENV_CLASS, to_skyrl_rows, write_parq
 from mmrl_trainer.envs import make_episode
 from mmrl_trainer.envs.maze_data import maze_examples
 from mmrl_trainer.tiny import build_tokenizer
-from tests.support.skyrl import SCRIPTED_ROLLOUT, last_json, run_skyrl
+from tests.support.skyrl import SCRIPTED_EPISODES, last_json, run_skyrl
 from tests.unit.trainer.test_skyrl_overrides import reference_overrides
 
 MOVE_WORDS = ["up", "down", "left", "right"]
@@ -30,51 +30,23 @@ MAX_TURNS = 5
 _EPISODES = (
     r"""
 import json, sys
-import skyrl_gym
 from transformers import AutoTokenizer
-from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import RemoteInferenceClient
 from mmrl_trainer.backends.skyrl_config import build_skyrl_config
 
 parquet, tokenizer_dir, script, registration = sys.argv[1:5]
 script, registration = json.loads(script), json.loads(registration)
 cfg = build_skyrl_config(json.load(sys.stdin))
 tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-assistant = tokenizer.convert_tokens_to_ids("assistant")
-renders = []
-
-
-class ScriptedVLLM(RemoteInferenceClient):
-    async def _post(self, url, json, headers=None):
-        if url.endswith("/v1/chat/completions/render"):
-            messages = json["messages"]
-            images = sum(1 for m in messages if isinstance(m["content"], list)
-                         for p in m["content"] if p["type"] == "image_url")
-            renders.append([sum(1 for m in messages if m["role"] == "assistant"), images])
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-            return {"token_ids": list(ids), "features": None}
-        if url.endswith("/inference/v1/generate"):
-            turn = json["token_ids"].count(assistant) - 1  # replies so far: the prompt ends in "assistant"
-            ids = tokenizer.encode(script[turn], add_special_tokens=False) + [tokenizer.eos_token_id]
-            lp = json["sampling_params"].get("logprobs")
-            logprobs = {"content": [{"logprob": -0.5} for _ in ids]} if lp is not None else None
-            return {"choices": [{"token_ids": ids, "finish_reason": "stop", "logprobs": logprobs}]}
-        raise AssertionError(f"unexpected call {url}")
-
-    async def finish_session(self, session_id):
-        pass
-
-
-skyrl_gym.envs.register(**registration)  # as our SkyRL entry task does
 """
-    + SCRIPTED_ROLLOUT
+    + SCRIPTED_EPISODES
     + r"""
 print(json.dumps({
     "generator": type(generator).__name__,
     "max_turns": cfg.generator.max_turns,
     "envs": generator_input["env_classes"],
     "seeds": [json.loads(e["extra_info"])["seed"] for e in generator_input["env_extras"]],
-    "rewards": [sum(r) if isinstance(r, list) else r for r in out["rewards"]],
-    "turns": [sum(1 for a, b in zip([0] + m, m) if a == 0 and b == 1) for m in out["loss_masks"]],
+    "rewards": rewards,
+    "turns": turns,
     "masked_tokens": [len(m) - sum(m) for m in out["loss_masks"]],
     "renders": renders,
     "metrics": {k: v for k, v in out["rollout_metrics"].items() if k.startswith("environment/")},

@@ -198,10 +198,44 @@ def last_json(run: subprocess.CompletedProcess[str]):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+# A multi-turn generator test script's inference engine: SkyRL's RemoteInferenceClient with its HTTP answers scripted.
+# The render endpoint applies the tokenizer's chat template (no image features) and records, per render, the replies
+# and the images the conversation holds (`renders`); the generate endpoint answers `script[turn]` at the episode's
+# turn, whatever the row. The script defines `tokenizer` and `script` first.
+SCRIPTED_ENGINE = r"""
+from skyrl.backends.skyrl_train.inference_servers.remote_inference_client import RemoteInferenceClient
+
+assistant = tokenizer.convert_tokens_to_ids("assistant")
+renders = []
+
+
+class ScriptedVLLM(RemoteInferenceClient):
+    async def _post(self, url, json, headers=None):
+        if url.endswith("/v1/chat/completions/render"):
+            messages = json["messages"]
+            images = sum(1 for m in messages if isinstance(m["content"], list)
+                         for p in m["content"] if p["type"] == "image_url")
+            renders.append([sum(1 for m in messages if m["role"] == "assistant"), images])
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+            return {"token_ids": list(ids), "features": None}
+        if url.endswith("/inference/v1/generate"):
+            turn = json["token_ids"].count(assistant) - 1  # replies so far: the prompt ends in "assistant"
+            ids = tokenizer.encode(script[turn], add_special_tokens=False) + [tokenizer.eos_token_id]
+            lp = json["sampling_params"].get("logprobs")
+            logprobs = {"content": [{"logprob": -0.5} for _ in ids]} if lp is not None else None
+            return {"choices": [{"token_ids": ids, "finish_reason": "stop", "logprobs": logprobs}]}
+        raise AssertionError(f"unexpected call {url}")
+
+    async def finish_session(self, session_id):
+        pass
+"""
+
+
 # The rollout half of a generator test script, as RayPPOTrainer.train runs it: SkyRL's PromptDataset over `parquet`,
 # collated and expanded by prepare_generator_input, then the generator BasePPOExp.get_generator picks for `cfg`,
 # generating through the script's `ScriptedVLLM` client. The script defines cfg, tokenizer, parquet and ScriptedVLLM
-# and registers its environment first; this leaves `generator`, `generator_input` and `out` defined.
+# (SCRIPTED_ENGINE's, say) and registers its environment first; this leaves `generator`, `generator_input` and `out`
+# defined.
 SCRIPTED_ROLLOUT = r"""
 import asyncio
 from skyrl.backends.skyrl_train.inference_servers.engine_utils import get_sampling_params_for_backend
@@ -225,3 +259,20 @@ exp = BasePPOExp.__new__(BasePPOExp)  # __init__ starts Ray and the engines; get
 generator = exp.get_generator(cfg, tokenizer, client)
 out = asyncio.run(generator.generate(generator_input, disable_tqdm=True))
 """
+
+
+# A multi-turn generator test's episodes, played by SkyRL: the script defines `tokenizer`, `script` (SCRIPTED_ENGINE),
+# `cfg` and `parquet` (SCRIPTED_ROLLOUT) and `registration`, the skyrl_gym.envs.register arguments of its environment.
+# Besides SCRIPTED_ROLLOUT's names this leaves `rewards` (each episode's total) and `turns` (its replies) defined.
+SCRIPTED_EPISODES = (
+    SCRIPTED_ENGINE
+    + r"""
+import skyrl_gym
+skyrl_gym.envs.register(**registration)  # as our SkyRL entry task does
+"""
+    + SCRIPTED_ROLLOUT
+    + r"""
+rewards = [sum(r) if isinstance(r, list) else r for r in out["rewards"]]
+turns = [sum(1 for a, b in zip([0] + m, m) if a == 0 and b == 1) for m in out["loss_masks"]]
+"""
+)

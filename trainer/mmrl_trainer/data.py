@@ -6,7 +6,10 @@ synthetic://) is read into `Example`s (prompt, PIL images, answer, extra). Image
 filesystem), s3:// or file:// URIs, `data:` URIs or bare base64. The TRL rows put `{"type": "image"}` placeholders
 in the chat and the images in an `images` column; the SkyRL rows follow SkyRL's VLM dataset contract: a chat
 `prompt` whose image parts are `image_url` base64 data URIs, plus `env_class`, `reward_spec{method, ground_truth}`,
-`data_source` and `extra_info`.
+`data_source` and `extra_info`. Rows for a SkyRL-Gym environment class (`environment.name: skyrl-gym`) carry the
+dataset's own extra columns as columns of their own too: SkyRL hands every column but `prompt` and `env_class` to
+the environment as its `extras` (skyrl/train/dataset/dataset.py:PromptDataset.__getitem__), so such a class reads
+`extras["seed"]` or `extras["visgym_env_id"]` exactly as it would from SkyRL's own parquet.
 """
 
 from __future__ import annotations
@@ -29,10 +32,22 @@ from mmrl_trainer.synthetic import Example, synthetic_examples
 SKYRL_ENV_CLASS = "mmrl_reward"
 # The skyrl-gym id of a multi-turn environment's episodes (backends/skyrl_episode_env.py wraps any of them).
 SKYRL_EPISODE_ENV_CLASS = "mmrl_episode"
+# The skyrl-gym id a job's own SkyRL-Gym environment class is registered under (`environment.name: skyrl-gym`).
+SKYRL_GYM_ENV_CLASS = "mmrl_skyrl_gym"
+# Columns SkyRL's dataset reads itself: a row's own column of these names cannot also reach the environment.
+SKYRL_ROW_KEYS = ("prompt", "env_class")
+
+
+def is_skyrl_gym(dataset: DatasetSpec) -> bool:
+    """The dataset's environment is a SkyRL-Gym class that SkyRL runs as it is."""
+    return dataset.environment is not None and dataset.environment.name == "skyrl-gym"
 
 
 def skyrl_env_class(dataset: DatasetSpec) -> str:
-    """The skyrl-gym environment that plays this dataset's rows: our rewards, or episodes of its environment."""
+    """The skyrl-gym environment that plays this dataset's rows: our rewards, episodes of its environment, or the
+    job's own SkyRL-Gym class."""
+    if is_skyrl_gym(dataset):
+        return SKYRL_GYM_ENV_CLASS
     return SKYRL_EPISODE_ENV_CLASS if dataset.environment is not None else SKYRL_ENV_CLASS
 
 
@@ -161,9 +176,13 @@ def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example
         return synthetic_examples(uri, default_seed=seed, environment=spec.environment)
     try:
         rows, read = _records(uri, spec.format)
+        # An environment scores its own episodes: its rows need no answer (SkyRL's VisGym rows have none).
+        required = [("promptField", spec.prompt_field)]
+        if spec.environment is None:
+            required.append(("answerField", spec.answer_field))
         out = []
         for i, rec in enumerate(rows):
-            for field, column in (("promptField", spec.prompt_field), ("answerField", spec.answer_field)):
+            for field, column in required:
                 if column not in rec:
                     raise ValueError(f"row {i}: missing column {column!r} (named by dataset.{field})")
             raw = rec.get(spec.images_field) or []
@@ -174,7 +193,7 @@ def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example
                 Example(
                     prompt=rec[spec.prompt_field],
                     images=[decode_image(v, read) for v in raw],
-                    answer=str(rec[spec.answer_field]),
+                    answer=str(rec.get(spec.answer_field, "")),
                     extra={"index": i, **_jsonable(extra)},
                 )
             )
@@ -184,7 +203,15 @@ def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if isinstance(v, str | int | float | bool) or v is None}
+    """The values JSON can carry (scalars, and lists and maps of them); bytes, images and the like are left out."""
+    out = {}
+    for key, value in d.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out
 
 
 def chat_messages(example: Example, image_part) -> list[dict[str, Any]]:
@@ -224,29 +251,61 @@ def skyrl_image_part(index: int, image: Image.Image) -> dict[str, Any]:
 
 
 def to_skyrl_rows(
-    examples: list[Example], *, data_source: str, method: str = "rule", env_class: str = SKYRL_ENV_CLASS
+    examples: list[Example],
+    *,
+    data_source: str,
+    method: str = "rule",
+    env_class: str = SKYRL_ENV_CLASS,
+    extra_columns: bool = False,
 ) -> list[dict[str, Any]]:
     """SkyRL VLM rows; the reward itself is computed by our env (env_class) from reward_spec.ground_truth, or by
-    the episode an environment plays from the row's extra_info.seed."""
-    return [
-        {
+    the episode an environment plays from the row's extra_info.seed. With `extra_columns` (a SkyRL-Gym class), the
+    row's extra dataset columns are columns of their own instead of extra_info, which SkyRL hands the environment
+    as its extras as they are; a row's own `data_source` or `reward_spec` column wins over ours."""
+    rows = []
+    for i, e in enumerate(examples):
+        row: dict[str, Any] = {
             "prompt": chat_messages(e, skyrl_image_part),
             "env_class": env_class,
             "reward_spec": {"method": method, "ground_truth": e.answer},
             "data_source": data_source,
-            "extra_info": {"split_index": e.extra.get("index", i), **e.extra},
         }
-        for i, e in enumerate(examples)
-    ]
+        if extra_columns:
+            row.update((k, v) for k, v in e.extra.items() if k not in SKYRL_ROW_KEYS)
+        else:
+            row["extra_info"] = {"split_index": e.extra.get("index", i), **e.extra}
+        rows.append(row)
+    return rows
 
 
-def write_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
+def write_parquet(
+    rows: list[dict[str, Any]], path: str | Path, *, json_text: tuple[str, ...] = ("extra_info",)
+) -> Path:
+    """The rows as one parquet file; the `json_text` columns are stored as JSON text (mmrl's extra_info: arrow
+    needs one schema for all rows and user extras vary per row). A column missing from some rows (jsonl) is null
+    there: arrow would take the columns from the first row alone."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    # extra_info is stored as JSON text: arrow needs one schema for all rows and user extras vary per row.
-    table = pa.Table.from_pylist([{**r, "extra_info": json.dumps(r["extra_info"])} for r in rows])
+    columns = list(dict.fromkeys(key for r in rows for key in r))
+    records = [{k: json.dumps(r.get(k)) if k in json_text else r.get(k) for k in columns} for r in rows]
+    try:
+        table = pa.Table.from_pylist(records)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise InvalidInput(
+            f"dataset rows for SkyRL: a column holds values of different types in different rows: {err}"
+        ) from err
     pq.write_table(table, target)
     return target
+
+
+def write_skyrl_data(
+    examples: list[Example], dataset: DatasetSpec, *, data_source: str, path: str | Path
+) -> list[dict[str, Any]]:
+    """The dataset's rows as SkyRL's parquet at `path`, in the form its environment reads them; returns the rows."""
+    gym = is_skyrl_gym(dataset)
+    rows = to_skyrl_rows(examples, data_source=data_source, env_class=skyrl_env_class(dataset), extra_columns=gym)
+    write_parquet(rows, path, json_text=() if gym else ("extra_info",))
+    return rows

@@ -61,8 +61,9 @@ def _skyrl(cfg: TrainerConfig) -> list[str]:
 
 def _local(cfg: TrainerConfig) -> list[str]:
     from mmrl_trainer.backends.local import STAGING, grpo_kwargs
-    from mmrl_trainer.backends.local_episodes import loop_arguments
+    from mmrl_trainer.backends.local_episodes import check_local_environment, loop_arguments
 
+    check_local_environment(cfg)
     staging = f"{cfg.checkpoint.dir.rstrip('/')}/{STAGING}"
     use_cpu = cfg.placement.gpus_per_node == 0
     lora = {

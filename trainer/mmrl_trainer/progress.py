@@ -120,8 +120,9 @@ EPISODE_METRICS = {"episode_success": "successRate", "episode_turns": "turns", "
 
 
 def episode_stats(metrics: dict[str, Any]) -> dict[str, float] | None:
-    """status.progress.episodes from one step's metrics; None for a step without episodes (single-turn jobs)."""
-    if metrics.get("episode_turns") is None:
+    """status.progress.episodes from one step's metrics; None for a step without episodes (single-turn jobs). A
+    step has episodes when its environment reported a success rate or turns (a SkyRL-Gym class may report one)."""
+    if metrics.get("episode_turns") is None and metrics.get("episode_success") is None:
         return None
     out = {}
     for name, field in EPISODE_METRICS.items():

@@ -155,3 +155,47 @@ def test_our_skyrl_parquet_round_trips_through_pyarrow(tmp_path: Path) -> None:
     back = pq.read_table(data.write_parquet(rows, tmp_path / "train.parquet")).to_pylist()
     assert [r["reward_spec"]["ground_truth"] for r in back] == [r["reward_spec"]["ground_truth"] for r in rows]
     assert json.loads(back[0]["extra_info"])["split_index"] == 0
+
+
+def test_a_skyrl_gym_datasets_extra_columns_become_columns_skyrl_hands_the_environment(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    # SkyRL's VisGym rows: a placeholder prompt, the environment id and a seed, no answer column; jsonl rows may
+    # lack a column another row has.
+    rows = [
+        {"prompt": "placeholder", "visgym_env_id": "maze_2d/easy", "seed": 7, "visgym_kwargs": {"size": 5}},
+        {"prompt": "placeholder", "visgym_env_id": "counting/easy"},
+    ]
+    path = tmp_path / "visgym.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    environment = {"name": "skyrl-gym", "class": "examples.train.visgym.env:VisGymEnv"}
+    spec = DatasetSpec.model_validate({"train": str(path), "format": "jsonl", "environment": environment})
+    examples = data.load_examples(str(path), spec)
+    written = data.write_skyrl_data(examples, spec, data_source="visgym", path=tmp_path / "train.parquet")
+    back = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert [r["env_class"] for r in back] == [data.SKYRL_GYM_ENV_CLASS] * 2
+    # What SkyRL's PromptDataset hands the environment: every column but prompt and env_class, as the row had it.
+    extras = [{k: v for k, v in r.items() if k not in data.SKYRL_ROW_KEYS} for r in back]
+    assert [(e["visgym_env_id"], e["seed"], e["visgym_kwargs"]) for e in extras] == [
+        ("maze_2d/easy", 7, {"size": 5}),
+        ("counting/easy", None, None),
+    ]
+    assert "extra_info" not in back[0] and back[0]["data_source"] == "visgym"
+    assert len(written) == 2 and written[0]["prompt"][0]["content"] == [{"type": "text", "text": "placeholder"}]
+
+
+def test_our_own_environments_rows_keep_their_extras_in_extra_info(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    spec = DatasetSpec.model_validate({"train": "synthetic://maze?n=2", "environment": {"name": "maze"}})
+    examples = data.load_examples(spec.train, spec)
+    data.write_skyrl_data(examples, spec, data_source="maze", path=tmp_path / "train.parquet")
+    back = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert [r["env_class"] for r in back] == [data.SKYRL_EPISODE_ENV_CLASS] * 2
+    assert [json.loads(r["extra_info"])["seed"] for r in back] == [0, 1] and "seed" not in back[0]
+
+
+def test_rows_whose_column_changes_type_are_refused_as_bad_input(tmp_path: Path) -> None:
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "env_class": "e", "seed": 1}, {"seed": "one"}]
+    with pytest.raises(data.InvalidInput, match="different types in different rows"):
+        data.write_parquet(rows, tmp_path / "t.parquet", json_text=())

@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 
 from mmrl_api import MultimodalRLJob
+from mmrl_api.contract import EXIT_BAD_CONFIG
 from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer.__main__ import main
+from mmrl_trainer.backends import local
 from mmrl_trainer.backends.local import grpo_kwargs
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides, skyrl_paths
+from mmrl_trainer.errors import InvalidConfig, exit_code_for
 from tests.support.corpus import example
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -146,3 +149,15 @@ def test_dry_run_says_where_a_pinned_model_is_staged(tmp_path: Path, capsys) -> 
     _, plain = config_file(tmp_path, "job.yaml")
     assert main(["--config", str(plain), "--dry-run"]) == 0
     assert "model staging" not in capsys.readouterr().out
+
+
+def test_a_skyrl_gym_environment_on_the_local_backend_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    # Admission refuses the pair (spec.trainer.backend); `--backend local` still reaches the local backend's refusal.
+    gym = {"name": "skyrl-gym", "class": "examples.train.visgym.env:VisGymEnv"}
+    cfg, path = config_file(tmp_path, "job.yaml", {"spec": {"dataset": {"reward": None, "environment": gym}}})
+    assert main(["--config", str(path), "--backend", "local", "--dry-run"]) == 2
+    assert "spec.trainer.backend: local cannot run a skyrl-gym environment" in capsys.readouterr().err
+    # The run itself refuses before it reads data or loads a model, and the refusal exits 2 (not retried).
+    with pytest.raises(InvalidConfig, match=r"^spec\.trainer\.backend: local cannot run a skyrl-gym") as refused:
+        local.run(cfg.model_copy(update={"backend": "local"}))
+    assert exit_code_for(refused.value) == EXIT_BAD_CONFIG

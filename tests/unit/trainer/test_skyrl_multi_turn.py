@@ -11,7 +11,7 @@ import pytest
 
 from mmrl_trainer.backends.skyrl import EPISODE_ENV_ENTRY_POINT, materialise_data, skyrl_gym_registration
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
-from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS
+from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS, SKYRL_GYM_ENV_CLASS
 from mmrl_trainer.envs.maze_data import SEED_STRIDE
 from mmrl_trainer.errors import InvalidInput
 from tests.support.skyrl import last_json, run_skyrl
@@ -43,6 +43,19 @@ def test_the_entry_task_registers_the_episode_env_with_the_environment_spec() ->
     assert registration["kwargs"]["environment"]["maxTurns"] == 15
     single = skyrl_gym_registration(reference_overrides()[1])
     assert single["id"] == SKYRL_ENV_CLASS and single["kwargs"]["reward"]["name"] == "numeric"
+
+
+def test_the_entry_task_registers_a_skyrl_gym_class_as_it_is_with_params_as_kwargs() -> None:
+    # As SkyRL's examples register theirs: skyrl_gym.envs.register(id=..., entry_point="pkg.module:Class", kwargs=...).
+    gym = {"name": "skyrl-gym", "class": "examples.train.visgym.env:VisGymEnv", "params": {"difficulty": "easy"}}
+    o, cfg = reference_overrides({"spec": {"dataset": {"reward": None, "environment": gym}}})
+    assert skyrl_gym_registration(cfg) == {
+        "id": SKYRL_GYM_ENV_CLASS,
+        "entry_point": "examples.train.visgym.env:VisGymEnv",
+        "kwargs": {"difficulty": "easy"},
+    }
+    assert o["environment.env_class"] == SKYRL_GYM_ENV_CLASS
+    assert o["generator.max_turns"] == 15  # SkyRL hands it to the class as extras["max_turns"]
 
 
 def test_materialised_maze_rows_name_the_episode_env_and_carry_their_seeds(tmp_path: Path) -> None:

@@ -213,6 +213,7 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
     if cfg.dataset.environment is not None:  # multi-turn episodes: our own GRPO loop (see local_episodes.py)
         from mmrl_trainer.backends import local_episodes
 
+        local_episodes.check_local_environment(cfg)
         return local_episodes.run(cfg, evaluate=evaluate, attempt=attempt)
     import datasets
     import torch

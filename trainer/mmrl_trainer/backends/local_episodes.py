@@ -15,6 +15,11 @@ Checkpoints use the TRL path's contract (checkpoint.py): `global_step_N/policy/`
 optimizer state, sealed with the manifest and then the marker. The final adapter is exported in PEFT format and
 checked for vLLM. Held-out evaluation plays the validation rows' episodes and reports the success rate and mean
 reward (`eval_success`, `eval_reward`).
+
+A SkyRL-Gym environment class (`environment.name: skyrl-gym`) is not played here: it is written for SkyRL's generator
+(its `init` and `step` speak SkyRL's chat messages, and SkyRL builds it per row with the row's columns as extras), and
+the local image need not have skyrl_gym. Admission refuses it with backend local; `check_local_environment` refuses
+it here too (exit 2), for a config that reaches the local backend some other way (`--backend local`).
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mmrl_api.environment import LOCAL_CANNOT_RUN_SKYRL_GYM
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
 from mmrl_trainer.backends.episode_grpo import group_advantages, sequence_logprobs, step_rows, token_loss
 from mmrl_trainer.backends.episode_rollout import EpisodeRollout, play_episode
 from mmrl_trainer.backends.skyrl_config import episode_context_length
 from mmrl_trainer.envs import make_episode
-from mmrl_trainer.errors import InvalidInput
+from mmrl_trainer.errors import InvalidConfig, InvalidInput
 from mmrl_trainer.progress import ProgressReporter
 
 log = logging.getLogger("mmrl_trainer.local")
@@ -40,6 +46,13 @@ OPTIMIZER = "optimizer.pt"
 STATE = "trainer_state.json"
 MAX_GRAD_NORM = 1.0
 EVAL_SEED = 1234
+
+
+def check_local_environment(cfg: TrainerConfig) -> None:
+    """Refuse, as InvalidConfig (exit 2), an environment the local backend cannot play."""
+    environment = cfg.dataset.environment
+    if environment is not None and environment.name == "skyrl-gym":
+        raise InvalidConfig(f"spec.trainer.backend: {LOCAL_CANNOT_RUN_SKYRL_GYM}")
 
 
 def loop_arguments(cfg: TrainerConfig) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """The SkyRL backend at run time; the settings themselves come from `skyrl_config`.
 
 `run` needs the trainer image (SkyRL, Ray, vLLM, GPUs): it converts the dataset to SkyRL's VLM rows, registers the
-`mmrl_reward` environment (or `mmrl_episode` for a multi-turn environment) inside the `@ray.remote` entry (env
-creation happens in that process) and runs `BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and
-resume are SkyRL's own; afterwards the final LoRA adapter is copied to `export_dir` and checked for vLLM. Before
-SkyRL reads the marker the driver repairs a torn one (checkpoint.repair_marker), and only an attempt that starts from
-no checkpoint evaluates the base model (lineage.baseline_due): SkyRL would do it after every resume.
+`mmrl_reward` environment (`mmrl_episode` for a multi-turn environment, or the job's own SkyRL-Gym class as
+`mmrl_skyrl_gym`) inside the `@ray.remote` entry (env creation happens in that process) and runs
+`BasePPOExp(cfg).run()`. Checkpoints (`global_step_N/` + marker) and resume are SkyRL's own; afterwards the final
+LoRA adapter is copied to `export_dir` and checked for vLLM. Before SkyRL reads the marker the driver repairs a torn
+one (checkpoint.repair_marker), and only an attempt that starts from no checkpoint evaluates the base model
+(lineage.baseline_due): SkyRL would do it after every resume.
 
 Before anything slow starts, the driver fails an attempt that cannot succeed: one whose GPU count differs from the
 checkpoint it would resume (world_size.py) and settings SkyRL's own config classes and `validate_cfg` reject, both
@@ -31,7 +32,7 @@ from mmrl_trainer import storage
 from mmrl_trainer.backends.skyrl_config import build_skyrl_config, skyrl_environment, skyrl_overrides, skyrl_paths
 from mmrl_trainer.backends.skyrl_progress import SkyRLProgress, experiment_class
 from mmrl_trainer.checkpoint import MARKER, STEP_PREFIX
-from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS
+from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS, SKYRL_GYM_ENV_CLASS
 from mmrl_trainer.errors import InvalidConfig
 from mmrl_trainer.lineage import baseline_due
 from mmrl_trainer.staging import model_path
@@ -44,8 +45,12 @@ EPISODE_ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_episode_env:EpisodeEnv"
 
 def skyrl_gym_registration(cfg: TrainerConfig) -> dict[str, Any]:
     """`skyrl_gym.envs.register` arguments for this job's environment, as SkyRL's examples register theirs in the
-    entry task: our rewards (single turn) or an episode of the dataset's environment, with its spec as kwargs."""
+    entry task: our rewards (single turn), an episode of the dataset's environment with its spec as kwargs, or the
+    job's own SkyRL-Gym class with its params as kwargs."""
     environment = cfg.dataset.environment
+    if environment is not None and environment.name == "skyrl-gym":
+        # The job's own SkyRL-Gym class, as it is; params are its constructor's keyword arguments.
+        return {"id": SKYRL_GYM_ENV_CLASS, "entry_point": environment.class_path, "kwargs": dict(environment.params)}
     if environment is not None:
         return {
             "id": SKYRL_EPISODE_ENV_CLASS,
@@ -87,28 +92,53 @@ def materialise_data(cfg: TrainerConfig, data_dir: Path) -> SkyRLData:
     """Write SkyRL VLM parquet files for train/validation; returns their paths and the most images in a prompt.
     A job's environment is built once first: here in the driver, a bad param or class is InvalidInput (exit 3);
     found in a Ray worker, it would come back as a retried application failure."""
-    from mmrl_trainer.data import load_examples, skyrl_env_class, to_skyrl_rows, write_parquet
-    from mmrl_trainer.envs import make_episode
+    from mmrl_trainer.data import load_examples, write_skyrl_data
 
-    if cfg.dataset.environment is not None:
-        make_episode(cfg.dataset.environment)
-
-    env_class = skyrl_env_class(cfg.dataset)
-    rows = to_skyrl_rows(
-        load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed), data_source=cfg.dataset.train, env_class=env_class
+    check_environment(cfg)
+    train = data_dir / "train.parquet"
+    rows = write_skyrl_data(
+        load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed),
+        cfg.dataset,
+        data_source=cfg.dataset.train,
+        path=train,
     )
-    train = write_parquet(rows, data_dir / "train.parquet")
     images = _most_images(rows)
     val: list[str] = []
     if cfg.dataset.validation:
-        rows = to_skyrl_rows(
+        rows = write_skyrl_data(
             load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1),
+            cfg.dataset,
             data_source=cfg.dataset.validation,
-            env_class=env_class,
+            path=data_dir / "validation.parquet",
         )
-        val = [str(write_parquet(rows, data_dir / "validation.parquet"))]
+        val = [str(data_dir / "validation.parquet")]
         images = max(images, _most_images(rows))
     return SkyRLData([str(train)], val, max(1, images))
+
+
+def check_environment(cfg: TrainerConfig) -> None:
+    """Our environments are built once (params checked); a SkyRL-Gym class is imported and must be a skyrl_gym
+    Env, since SkyRL builds it per episode with each row's extras, which only the rows have."""
+    environment = cfg.dataset.environment
+    if environment is None:
+        return
+    if environment.name != "skyrl-gym":
+        from mmrl_trainer.envs import make_episode
+
+        make_episode(environment)
+        return
+    from skyrl_gym import Env
+
+    from mmrl_trainer.envs.episode import CLASS_FIELD
+    from mmrl_trainer.imports import import_named
+
+    assert environment.class_path is not None  # the API requires it for skyrl-gym
+    import_named(
+        environment.class_path,
+        CLASS_FIELD,
+        lambda found: isinstance(found, type) and issubclass(found, Env),
+        "skyrl_gym Env subclass",
+    )
 
 
 class Exported(NamedTuple):

@@ -37,6 +37,8 @@ REWARD_KEY = "reward/avg_raw_reward"
 # Ours, added to the step's metrics by `experiment_class`: SkyRL logs token counts but not how many rollouts hit
 # the length limit (its generators set stop_reason "length" then: skyrl_gym_generator / skyrl_vlm_generator).
 TRUNCATED_KEY = "generate/truncated_fraction"
+ENV_SUCCESS_KEY = "environment/success"
+ENV_TURNS_KEY = "environment/turns"
 # SkyRL's per-step metric → its name in metrics.jsonl (the local backend's name where it logs the same quantity).
 METRICS: dict[str, str] = {
     REWARD_KEY: "reward",
@@ -49,10 +51,14 @@ METRICS: dict[str, str] = {
     "timing/step": "step_time",
     "eval/all/avg_score": "eval_reward",
     TRUNCATED_KEY: "truncated_fraction",
-    # Multi-turn: what the episode env's get_metrics returns, averaged over the step's episodes by SkyRL
-    # (train/generators/utils.py:get_rollout_metrics, skyrl_gym/metrics.py:aggregate_for_environment).
-    "environment/success": "episode_success",
-    "environment/turns": "episode_turns",
+    # Multi-turn: what the environment's get_metrics returns, averaged over the step's episodes by SkyRL
+    # (train/generators/utils.py:get_rollout_metrics names each key `environment/<key>`, after the class's own
+    # aggregate_metrics, by default skyrl_gym/metrics.py:default_aggregate_metrics, the mean of the numbers). Ours
+    # (skyrl_episode_env.py) and a job's SkyRL-Gym class alike: `success` (1 or True for a solved episode) becomes
+    # status.progress.episodes.successRate and `turns` episodes.turns; every key, these two included, also reaches
+    # the tracking sinks under SkyRL's name, `skyrl/environment/<key>` (docs/environments.md).
+    ENV_SUCCESS_KEY: "episode_success",
+    ENV_TURNS_KEY: "episode_turns",
 }
 _PASS_AT = re.compile(r"^reward/avg_pass_at_(\d+)$")
 
