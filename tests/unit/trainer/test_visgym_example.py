@@ -7,11 +7,13 @@ tests/skyrl/test_skyrl_validates_every_example.py."""
 
 from __future__ import annotations
 
-from mmrl_api import MultimodalRLJob
+from mmrl_api import MultimodalRLJob, validate_manifest
 from mmrl_api import constants as c
 from mmrl_operator.builders.raycluster import build_raycluster
 from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_trainer.backends.skyrl import skyrl_gym_registration
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
+from mmrl_trainer.data import SKYRL_GYM_ENV_CLASS
 from tests.support.corpus import example
 
 JOB = MultimodalRLJob.model_validate(example("visgym-maze.yaml"))
@@ -63,3 +65,34 @@ def test_without_validation_data_nothing_is_evaluated_and_without_hf_interval_no
         False,
         -1,
     )
+
+
+def test_the_skyrl_gym_example_registers_skyrls_visgym_class_as_it_is_with_the_walkthroughs_settings() -> None:
+    # examples/visgym-skyrl-gym.yaml: the same job with SkyRL's own VisGym environment instead of mmrl's maze.
+    job, errors = validate_manifest(example("visgym-skyrl-gym.yaml"))
+    assert errors == [] and job is not None
+    cfg = build_trainer_config(job)
+    assert skyrl_gym_registration(cfg) == {
+        "id": SKYRL_GYM_ENV_CLASS,
+        "entry_point": "examples.train.visgym.env_instruct:VisGymEnv",
+        "kwargs": {},
+    }
+    o = skyrl_overrides(cfg, train_files=TRAIN, val_files=VAL)
+    walkthrough = skyrl_overrides(build_trainer_config(JOB), train_files=TRAIN, val_files=VAL)
+    assert o["environment.env_class"] == SKYRL_GYM_ENV_CLASS
+    # The walkthrough's numbers, as for mmrl's maze.
+    same = (
+        "generator.n_samples_per_prompt",
+        "generator.max_turns",
+        "generator.max_input_length",
+        "generator.vision_language_generator",
+        "generator.use_conversation_multi_turn",
+        "generator.inference_engine.num_engines",
+        "generator.inference_engine.gpu_memory_utilization",
+        "trainer.placement.colocate_all",
+        "trainer.ckpt_interval",
+        "trainer.eval_interval",
+        "trainer.resume_mode",
+    )
+    assert [o[k] for k in same] == [walkthrough[k] for k in same]
+    assert build_raycluster(job)["spec"]["workerGroupSpecs"][0]["replicas"] == 3
