@@ -2,6 +2,11 @@
 
 A subprocess (not an in-process runner) so callers can SIGKILL it at any moment, run two replicas and read their
 Prometheus metrics. Used by `make demo`, the tests and the benchmarks.
+
+Where ``MMRL_OPERATOR_FORKSERVER`` names the socket of a fork server that imported the operator (the test session
+starts one: forkserver.py), the process is forked from it instead of started from scratch: the same program, argv
+and environment, without paying its imports again. The demo and the benchmarks never set it, so what they measure
+includes the imports, as a restarted pod would.
 """
 
 from __future__ import annotations
@@ -12,8 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mmrl_local import forkserver, procs
 from mmrl_local.controlplane import free_port
 from mmrl_local.promtext import metric_sum
+
+MODULE = "mmrl_operator.cli"
+# What the fork server imports ahead: the command line and everything `mmrl operator` runs.
+PREIMPORT = [MODULE, "mmrl_operator.run"]
+FORKSERVER_ENV = "MMRL_OPERATOR_FORKSERVER"
 
 
 class OperatorProcess:
@@ -31,13 +42,10 @@ class OperatorProcess:
         self.namespaces, self.extra_env, self.identity = namespaces or [], env or {}, identity
         self.metrics_port = free_port()
         self.liveness_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
 
     def start(self) -> OperatorProcess:
         args = [
-            sys.executable,
-            "-m",
-            "mmrl_operator.cli",
             "operator",
             "--liveness",
             f"http://127.0.0.1:{self.liveness_port}/healthz",
@@ -55,8 +63,12 @@ class OperatorProcess:
         if self.identity:
             env["POD_NAME"] = self.identity
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        server = env.get(FORKSERVER_ENV)
+        if server:
+            self.proc = forkserver.spawn(Path(server), MODULE, args, env, self.log_path)
+            return self
+        # Like every process mmrl_local starts: its own process group, and killed with us (procs.spawn).
+        self.proc = procs.spawn([sys.executable, "-m", MODULE, *args], self.log_path, env=env)
         return self
 
     @property
@@ -67,6 +79,7 @@ class OperatorProcess:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self._forget()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -75,6 +88,12 @@ class OperatorProcess:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._forget()
+
+    def _forget(self) -> None:
+        """A started process is reaped and dropped from procs' list, so nothing signals its pid group later."""
+        if isinstance(self.proc, subprocess.Popen):
+            procs.stop(self.proc)
 
     def serving(self) -> bool:
         """Whether the process is up to the point of answering on its metrics port (imports done, flags parsed)."""

@@ -25,7 +25,8 @@ _lock = threading.Lock()
 _handlers_installed = False
 
 
-def _die_with_parent() -> None:
+def set_parent_death_signal() -> None:
+    """Ask the kernel to SIGKILL this process when the thread that started it dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -51,7 +52,7 @@ def spawn(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent if die_with_parent else None,
+            preexec_fn=set_parent_death_signal if die_with_parent else None,
             pass_fds=pass_fds,
         )
     with _lock:

@@ -7,8 +7,11 @@ or the real KubeRay with real Ray pods run by the local kubelet (``real_ray``).
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +24,11 @@ from mmrl_local import build, nodes
 from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_local.forkserver import ForkServer
 from mmrl_local.kubelet import Kubelet
 from mmrl_local.kuberay_operator import KubeRayOperator
 from mmrl_local.kuberay_standin import KubeRayStandIn
+from mmrl_local.operator_process import FORKSERVER_ENV, PREIMPORT
 from mmrl_local.podnet import PodNetwork
 from tests.support.chart import Helm
 from tests.support.operator import Jobs, OperatorProcess
@@ -32,13 +37,22 @@ from tests.support.polling import wait_until
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver + controller-manager + scheduler + kwok, KubeRay CRDs installed."""
+    """etcd + kube-apiserver + controller-manager + scheduler + kwok, KubeRay CRDs installed. Beside it, the
+    session's operator fork server (imports the operator while the control plane starts): every operator a test
+    starts is forked from it, the same process as `mmrl operator` without its 2 s of imports (forkserver.py)."""
+    work = Path(tempfile.mkdtemp(prefix="mmrl-fork-"))
+    server = ForkServer(PREIMPORT, work / "operator.sock", work / "forkserver.log").start()
     cp = ControlPlane(binaries=build.build())
-    cp.start()
     try:
+        cp.start()
+        server.ready()
+        os.environ[FORKSERVER_ENV] = str(server.socket_path)
         yield cp
     finally:
+        os.environ.pop(FORKSERVER_ENV, None)
+        server.stop()
         cp.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
