@@ -229,12 +229,13 @@ class DatasetSpec(ApiModel):
     images_field: str = Field(default="images", min_length=1, max_length=64)
     """Column holding images (paths, URIs or base64 data URIs)."""
     answer_field: str = Field(default="answer", min_length=1, max_length=64)
-    """Column holding the ground-truth answer the reward checks against."""
+    """Column holding the ground-truth answer the reward checks against (optional in an environment's rows)."""
     reward: RewardSpec | None = None
     """How a completion is scored (single-turn). Without an environment it defaults to exact_match."""
     environment: EnvironmentSpec | None = None
-    """A multi-turn task instead of a reward: each row's `seed` starts an episode that the environment plays
-    out with the policy and scores. Set at most one of reward and environment."""
+    """A multi-turn task instead of a reward: each row starts an episode that the environment plays out with the
+    policy and scores (its `seed` column picks the episode; a skyrl-gym class reads all of the row's columns). Set
+    at most one of reward and environment."""
 
     @field_validator("environment")
     @classmethod
