@@ -1,7 +1,7 @@
-"""``python -m mmrl_local build | up | down | env``: build the binaries; run a local control plane with fake
-HyperPod nodes and the KubeRay stand-in (in the foreground, or detached with a state file that ``down`` reads);
-print the shell exports that point kubectl/helm at it. ``up`` and ``down`` both remove what a killed run left of
-its pod network (namespaces, veths, bridge: see ``podnet``).
+"""``python -m mmrl_local build | images | up | down | env``: build the binaries, or the images in docker/ (buildah,
+``images_build``); run a local control plane with fake HyperPod nodes and the KubeRay stand-in (in the foreground, or
+detached with a state file that ``down`` reads); print the shell exports that point kubectl/helm at it. ``up`` and
+``down`` both remove what a killed run left of its pod network (namespaces, veths, bridge: see ``podnet``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,18 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"ServiceMonitor CRD (chart tests): {build.servicemonitor_crd_path()}")
         if kuberay is not None:
             print(f"kuberay operator: {kuberay.result()}")
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from mmrl_local import images_build
+
+    started = time.monotonic()
+    facts = images_build.build_operator()
+    how = "reused" if facts.reused else f"built in {facts.build_seconds} s, {facts.base_seconds} s of it the base"
+    print(f"operator image: {facts.image}@{facts.digest} ({how})")
+    print(f"  {facts.size_mb} MB in {facts.layers} layers, from {facts.base}, storage driver {facts.storage_driver}")
+    print(f"  this run: {time.monotonic() - started:.1f} s")
     return 0
 
 
@@ -180,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build (or reuse) the control plane binaries and fetch KubeRay's CRDs")
     b.add_argument("--kuberay", action="store_true", help="also build the real KubeRay operator (bench/, one test)")
+    sub.add_parser("images", help="build (or reuse) the operator image with buildah (docker/operator.Dockerfile)")
     up = sub.add_parser("up", help="start a control plane with fake HyperPod nodes and the KubeRay stand-in")
     up.add_argument("--detach", action="store_true", help="run in the background; stop with `down`")
     up.add_argument("--gpu-nodes", type=int, default=2)
@@ -188,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop what `up --detach` started")
     sub.add_parser("env", help="print `export KUBECONFIG=...` for the running control plane")
     args = parser.parse_args(argv)
-    return {"build": cmd_build, "up": cmd_up, "down": cmd_down, "env": cmd_env}[args.command](args)
+    commands = {"build": cmd_build, "images": cmd_images, "up": cmd_up, "down": cmd_down, "env": cmd_env}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":
