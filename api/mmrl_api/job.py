@@ -11,15 +11,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from mmrl_api import batch_geometry
 from mmrl_api.base import ApiModel, cel, cel_rules, immutable
 from mmrl_api.cluster import ClusterSpec
 from mmrl_api.constants import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from mmrl_api.context_budget import spec_max_model_len, spec_max_model_len_cel
 from mmrl_api.environment import LOCAL_CANNOT_RUN_SKYRL_GYM
-from mmrl_api.kueue import field_error, job_transition_rules
+from mmrl_api.kueue import field_error, field_errors, job_transition_rules
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_api.status import JobStatus
@@ -82,6 +83,7 @@ class JobSpec(ApiModel):
             cel(GATE_NEEDS_VALIDATION_CEL, GATE_NEEDS_VALIDATION, ".inference"),
             cel(SERVING_LENGTH_CEL, SERVING_TOO_SHORT, ".inference.maxModelLen"),
             cel(SKYRL_GYM_NEEDS_SKYRL_CEL, LOCAL_CANNOT_RUN_SKYRL_GYM, ".trainer.backend"),
+            *(cel(rule, message, path) for rule, message, path in batch_geometry.cel_rules()),
             *job_transition_rules(),
         )
     }
@@ -143,6 +145,17 @@ class JobSpec(ApiModel):
         if inference.max_model_len < spec_max_model_len(algorithm, dataset.environment):
             raise field_error(("max_model_len",), SERVING_TOO_SHORT, inference.max_model_len)
         return inference
+
+    @model_validator(mode="after")
+    def _batch_divides_over_the_gpus(self) -> JobSpec:
+        """The Python side of batch_geometry.cel_rules: SkyRL's split of each step over the data-parallel GPUs."""
+        if self.trainer.backend == "local":
+            return self
+        dp = batch_geometry.data_parallel_size(self.cluster.worker_groups)
+        found = batch_geometry.problems(self.algorithm, dp)
+        if found:
+            raise field_errors([(("algorithm", f), m, getattr(self.algorithm, f)) for f, m in found])
+        return self
 
     suspend: bool = False
     """Stop training (RayJob and RayCluster are deleted, checkpoints kept); false again resumes from the

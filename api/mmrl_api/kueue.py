@@ -101,8 +101,16 @@ def worker_group_problem(group_names: list[str], kueue: KueueSpec | None) -> str
 def field_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
     """A validation error at `loc` in the model being validated, for a rule a model validator checks across
     fields: the apiserver's CEL rule names the same field through its fieldPath."""
-    error = PydanticCustomError("value_error", "{message}", {"message": message})
-    return ValidationError.from_exception_data("kueue", [InitErrorDetails(type=error, loc=loc, input=value)])
+    return field_errors([(loc, message, value)])
+
+
+def field_errors(found: list[tuple[tuple[str, ...], str, Any]]) -> ValidationError:
+    """Several of `field_error` at once, as the apiserver reports every rule that fails."""
+    details = [
+        InitErrorDetails(type=PydanticCustomError("value_error", "{message}", {"message": m}), loc=loc, input=v)
+        for loc, m, v in found
+    ]
+    return ValidationError.from_exception_data("rules", details)
 
 
 def _kueue(side: str) -> str:
