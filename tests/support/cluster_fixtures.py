@@ -7,6 +7,7 @@ or the real KubeRay with real Ray pods run by the local kubelet (``real_ray``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from mmrl_api import constants as c
 from mmrl_local import build, nodes
 from mmrl_local import hyperpod as hp
 from mmrl_local.controlplane import ControlPlane
@@ -70,9 +72,33 @@ def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client)
 
 
+def release_ray_finalizers(custom: client.CustomObjectsApi, namespace: str) -> None:
+    """Drop the finalizers KubeRay (or the strict stand-in, which adds KubeRay's) left on the namespace's Ray objects.
+    In a cluster KubeRay keeps running and removes them when a RayJob is deleted; a test stops its KubeRay before its
+    namespace goes, so without this the namespace stays Terminating for the rest of the run, and the namespace
+    controller retries it (a LIST and a DELETE of every resource type each time) until the apiserver is busy with
+    nothing else."""
+    for plural in ("rayjobs", "rayclusters"):
+        try:
+            items = custom.list_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, namespace, plural)["items"]
+        except client.exceptions.ApiException:
+            continue  # the KubeRay CRDs are not installed
+        for item in items:
+            if item["metadata"].get("finalizers"):
+                with contextlib.suppress(client.exceptions.ApiException):
+                    custom.patch_namespaced_custom_object(
+                        c.RAY_GROUP,
+                        c.RAY_VERSION,
+                        namespace,
+                        plural,
+                        item["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                    )
+
+
 @pytest.fixture
-def namespace(core: client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A new namespace named after the test; deleted (without waiting) afterwards."""
+def namespace(core: client.CoreV1Api, custom: client.CustomObjectsApi, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace named after the test; deleted (without waiting) afterwards, with nothing left to hold it."""
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{secrets.token_hex(3)}"
     core.create_namespace({"metadata": {"name": name, "labels": {"mmrl-local.dev/test": "true"}}})
@@ -82,6 +108,7 @@ def namespace(core: client.CoreV1Api, request: pytest.FixtureRequest) -> Iterato
         assert time.monotonic() < deadline, "no default ServiceAccount in the test namespace"
         time.sleep(0.1)
     yield name
+    release_ray_finalizers(custom, name)
     core.delete_namespace(name)
 
 
