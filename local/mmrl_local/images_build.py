@@ -282,7 +282,8 @@ def _recorded(path: Path) -> ImageFacts | None:
 
 
 def _drop_older(store: Storage, repository: str, keep: str) -> None:
-    """Earlier keys' tags and facts: their layers stay in buildah's cache while the new image uses them."""
+    """Earlier keys' tags and facts, as far as buildah lets go of them (an image that later layers were built on
+    stays): layers the new image uses stay in the cache."""
     listed = _run(store.cmd("images", "--json")).stdout
     for image in json.loads(listed or "[]"):
         stale = [n for n in image.get("names") or [] if n.startswith(f"{repository}:") and n != keep]
@@ -340,6 +341,7 @@ def build_operator(verbose: bool = True) -> ImageFacts:
         facts = _measure(store, name, base, round(time.monotonic() - started, 1), base_seconds)
         facts_path.write_text(json.dumps(dataclasses.asdict(facts), indent=2) + "\n")
         _drop_older(store, repository, keep=name)
+        _drop_older(store, base.rsplit(":", 1)[0], keep=base)
     if verbose:
         print(f">> built {name} in {facts.build_seconds} s", file=sys.stderr)
     return facts
