@@ -1,4 +1,6 @@
-"""Build the images in docker/ on this machine, with buildah and no daemon (``make images``).
+"""Build the images in docker/ on this machine, with buildah and no daemon (``make images``). So far the operator
+image; trainer.Dockerfile's only target needs SkyRL's CUDA base image and SkyRL's source from GitHub, neither
+reachable here, until it has a CPU target.
 
 No registry of base images is reachable here, so the base that operator.Dockerfile names (python:3.12-slim-bookworm)
 is replaced by one made with mmdebstrap: Debian bookworm with its python3 (3.11) in a venv at /opt/python, first on
@@ -9,8 +11,8 @@ Builds run with chroot isolation (no runtime, no daemon) into buildah storage un
 image is tagged with a key that hashes its Dockerfile, the base's recipe and every file its COPY instructions take
 from the context (requirements.lock and the packages), so a second ``make images`` finds the tag and does nothing,
 and a change in a package rebuilds from buildah's layer cache (the pip layer stays). The storage driver is overlay
-where the kernel mounts it: here it built the operator image in 17 s into 327 MB, where vfs took 69 s and 1.9 GB
-(vfs copies every layer whole); vfs is the fallback.
+where the kernel mounts it: on a quiet machine here it built the operator image in 17 s into 327 MB, where vfs took
+69 s and 1.9 GB (vfs copies every layer whole); vfs is the fallback.
 
 The host's CA bundle and pip configuration are bind-mounted into each RUN (``-v``), never copied: behind a
 TLS-intercepting proxy pip needs them, and the image must not carry them. buildah 1.28 leaves an empty file where a
