@@ -120,9 +120,11 @@ fmt: setup
 PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests for '$(1)' - failing" >&2; exit 1; fi; exit $$rc
 
-# TEST_WORKERS=N runs the tests in N parallel workers (pytest-xdist), each with a control plane of its own; loadgroup
-# hands out one test at a time, except that the files tests/support/parallel.py groups share a worker, in order.
-TEST_WORKERS ?= 0
+# The tests run in TEST_WORKERS parallel workers (pytest-xdist), each with a control plane of its own; loadgroup hands
+# out one test at a time, except that the files tests/support/parallel.py groups share a worker, in order. Most cluster
+# tests wait (on the operator's 30 s resync, on pods), so 4 workers keep 2 cores busy: 15.8 min warm where one
+# process took 32 (docs/benchmarks.md). TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 4
 TEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 test: setup skyrl-venv mlflow-venv kuberay crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e

@@ -54,7 +54,8 @@ Compared loosely (``comparable``), because they depend on timing, not on what Ku
   how often a probe-driven field flickers, depend on which pod's readiness probe passes first. This includes
   ``raycluster_ready``, the operator's verdict. Values that may appear on one side only (``MAY_APPEAR``):
   ``readyWorkerReplicas`` absent or 0 while the head is replaced, which KubeRay writes only when a reconcile falls
-  between the worker's Ray process dying with the head and its readiness probe passing again.
+  between the worker's Ray process dying with the head and its readiness probe passing again. And a new RayCluster
+  as created, before KubeRay's first status write (``unwritten``): the recorder may or may not see it first.
 
 Everything else must be equal: every RayJob tuple otherwise, messages included, and each RayCluster field's values.
 """

@@ -119,6 +119,14 @@ CLUSTER_FIELDS = (
 MAY_APPEAR: dict[str, tuple] = {"ready_workers": (None, 0)}
 
 
+def unwritten(view: ClusterView) -> bool:
+    """A RayCluster KubeRay has not written a status for yet (no observedGeneration): the object as created. Whether
+    the recorder sees it before KubeRay's first reconcile writes one depends on which comes first, not on what
+    KubeRay does, so leading views of this kind may appear on one side only (seen once on a 4-worker run, where the
+    real side's first view already carried KubeRay's first status)."""
+    return view.observed_generation is None and view.state is None and view.head_pod_ready is None
+
+
 def settled_form(values: list) -> tuple:
     """A field's sequence as (first value, last value, the other values it passed through, sorted by repr): the
     settled states a scenario starts and ends in, and what it went through on the way, whatever the order and
@@ -129,11 +137,14 @@ def settled_form(values: list) -> tuple:
 def comparable(kind: str, seq: list[tuple]) -> list | dict:
     """RayJob: the tuples without the transient ones but the last, messages without Ray's timestamps and KubeRay's
     job id suffix, consecutive duplicates collapsed (KubeRay writes a RayJob's fields together, in one update).
-    RayCluster: each field's ``settled_form``, without its ``MAY_APPEAR`` values in the middle: how the changes of
+    RayCluster: each field's ``settled_form``, from the first view with a status (``unwritten``), without its
+    ``MAY_APPEAR`` values in the middle: how the changes of
     different fields interleave, and how often a probe-driven one flickers, depend on which pod's probe passes
     first."""
     if kind == "raycluster":
         views = [ClusterView(*v) for v in seq]
+        while len(views) > 1 and unwritten(views[0]):
+            views = views[1:]
         out = {}
         for name in CLUSTER_FIELDS:
             values = [getattr(v, name) for v in views]

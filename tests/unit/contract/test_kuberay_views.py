@@ -59,3 +59,18 @@ def test_messages_compare_without_ray_timestamps_and_job_id_suffixes() -> None:
     theirs = job("Failed", "FAILED", "failed", "2026-12-04 16:30:59,999 job fail-zz9y8 exited 3")
     other = job("Failed", "FAILED", "failed", "2026-12-04 16:30:59,999 job fail-zz9y8 exited 4")
     assert comparable("rayjob", [ours]) == comparable("rayjob", [theirs]) != comparable("rayjob", [other])
+
+
+AS_CREATED = tuple(ClusterView("live", None, None, 1, None, None, 1, False))
+FIRST_STATUS = tuple(ClusterView("live", None, None, 1, "False", 1, 1, False))
+
+
+def test_a_new_cluster_seen_before_its_first_status_on_one_side_only_compares_equal() -> None:
+    # Seen on a 4-worker run: the stand-in's recorder saw the RayCluster as created, the real side's first view
+    # already had KubeRay's first status.
+    assert comparable("raycluster", [AS_CREATED, FIRST_STATUS, UP]) == comparable("raycluster", [FIRST_STATUS, UP])
+
+
+def test_a_cluster_that_never_gets_a_status_differs_from_one_that_does() -> None:
+    assert comparable("raycluster", [AS_CREATED]) != comparable("raycluster", [FIRST_STATUS, UP])
+    assert comparable("raycluster", [AS_CREATED, AS_CREATED]) != comparable("raycluster", [FIRST_STATUS])
