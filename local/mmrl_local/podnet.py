@@ -189,14 +189,15 @@ def run_record(run: str) -> dict | None:
     return None
 
 
+def _record_is_live(path: Path) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        return _owner_alive(json.loads(path.read_text()))
+    return False
+
+
 def live_runs() -> set[str]:
     """Run ids whose owning process is still the one that registered them."""
-    live = set()
-    for path in REGISTRY.glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            if _owner_alive(json.loads(path.read_text())):
-                live.add(path.stem)
-    return live
+    return {path.stem for path in REGISTRY.glob("*.json") if _record_is_live(path)}
 
 
 def _stop_pids(pids: list[int], grace: float) -> None:
@@ -252,9 +253,13 @@ def remove_leftovers() -> list[str]:
     gone. Returns the names removed. Nothing of a live run is touched."""
     if unavailable_reason() is not None:
         return []
+    # Names first, owners second: a run registers before it creates anything, so whatever is named here already
+    # has its record when the owners are read. The other order removes a run that starts in between (another
+    # control plane starting, a parallel test worker): its fresh record missed, its fresh namespace seen.
+    named = ours()
     live = live_runs()
     removed: list[str] = []
-    for run, things in sorted(ours().items()):
+    for run, things in sorted(named.items()):
         if run not in live:
             removed += _remove(things, grace=1.0)
     for entry in ip_json("netns", "list"):  # a probe of `unavailable_reason` whose process was killed mid-way
@@ -263,7 +268,7 @@ def remove_leftovers() -> list[str]:
             ip("netns", "del", entry["name"], check=False)
             removed.append(entry["name"])
     for path in REGISTRY.glob("*.json"):
-        if path.stem not in live:
+        if path.stem not in live and not _record_is_live(path):  # read again: it may be newer than `live`
             path.unlink(missing_ok=True)
     return removed
 
@@ -321,7 +326,9 @@ class PodNetwork:
             raise PodNetError(f"pods cannot get network namespaces here: {reason}")
         REGISTRY.mkdir(parents=True, exist_ok=True)
         owner = {"pid": os.getpid(), "start": _start_time(os.getpid()), "mark": os.environ.get(procs.RUN_MARK)}
-        self.registry_file.write_text(json.dumps(owner))
+        staged = self.registry_file.with_suffix(".tmp")  # whole or absent: a half-written record reads as dead
+        staged.write_text(json.dumps(owner))
+        staged.replace(self.registry_file)
         try:
             ip("link", "add", self.bridge, "type", "bridge")
             ip("addr", "add", f"{GATEWAY}/32", "dev", self.bridge)

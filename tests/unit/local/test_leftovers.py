@@ -89,6 +89,40 @@ def test_a_registered_pod_network_counts_for_the_run_its_mark_names(network_name
             record.unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("starts", ["while the names are read", "while the owners are read"])
+def test_cleanup_never_takes_a_run_that_starts_during_it(network_names, monkeypatch, starts) -> None:
+    """``remove_leftovers`` (every control-plane start) runs while other runs start: a parallel test worker, a
+    second control plane. A run registers, then creates; whenever that lands, its record and namespace stay."""
+    run = secrets.token_hex(3)
+    record = podnet.REGISTRY / f"{run}.json"
+    owner = {"pid": os.getpid(), "start": podnet._start_time(os.getpid()), "mark": "another-run"}
+
+    def a_run_starts() -> None:
+        podnet.REGISTRY.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(owner))
+        add_netns(network_names, podnet.netns_name(run, 0, "ns/pod"))
+
+    target = "ours" if starts == "while the names are read" else "live_runs"
+    real = getattr(podnet, target)
+
+    def with_a_run_starting():
+        a_run_starts()  # before the names are listed, or after ...
+        return real()
+
+    def with_a_run_starting_after():
+        found = real()  # ... the owners were read
+        a_run_starts()
+        return found
+
+    monkeypatch.setattr(podnet, target, with_a_run_starting if target == "ours" else with_a_run_starting_after)
+    try:
+        podnet.remove_leftovers()
+        assert record.exists()
+        assert podnet.netns_name(run, 0, "ns/pod") in {e.get("name") for e in podnet.ip_json("netns", "list")}
+    finally:
+        record.unlink(missing_ok=True)
+
+
 def marked_env(token: str) -> dict[str, str]:
     return {**os.environ, procs.RUN_MARK: token}
 
