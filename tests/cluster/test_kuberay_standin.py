@@ -188,7 +188,8 @@ def test_run_mode_reruns_the_job_on_a_recreated_head(
 ) -> None:
     """As KubeRay and Ray do (tests/cluster/test_kuberay_contract.py): the Ray job dies with its head, the RayJob
     stays Running, the submitter's retry submits it again on the new head, and the workers restart on its GCS."""
-    monkeypatch.setattr(kuberay_standin, "SUBMITTER_RETRIES", (0.5, 1.0))
+    # The first retry finds no head yet; the last leaves a loaded machine time to start one (its node is new).
+    monkeypatch.setattr(kuberay_standin, "SUBMITTER_RETRIES", (0.5, 20.0))
     ready_cluster(custom, namespace, "rc", wait)
     custom.create_namespaced_custom_object(*RAY, namespace, "rayjobs", rayjob("long", "rc", entrypoint="sleep 600"))
     pid = wait(lambda: kuberay_run.entrypoint_pids().get(f"{namespace}/long"), what="the entrypoint to start")
@@ -197,7 +198,8 @@ def test_run_mode_reruns_the_job_on_a_recreated_head(
 
     rerun = wait(
         lambda: (p := kuberay_run.entrypoint_pids().get(f"{namespace}/long")) not in (None, pid) and p,
-        what="the entrypoint to run again",
+        timeout=60,
+        what=lambda: f"the entrypoint to run again; RayJob {get(custom, namespace, 'rayjobs', 'long')['status']}",
     )
     assert procs.wait_gone([pid], timeout=10) == [] and rerun
     assert get(custom, namespace, "rayjobs", "long")["status"]["jobDeploymentStatus"] == "Running"
