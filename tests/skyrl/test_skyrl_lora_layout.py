@@ -4,8 +4,9 @@ SkyRL builds the policy's PEFT model in HFModelWrapper (from our overrides' rank
 exclusion) and saves it with FSDPStrategy._save_lora_adapters, which its FSDPStrategy.save_checkpoint calls for every
 LoRA checkpoint (skyrl/backends/skyrl_train/distributed/fsdp_strategy.py). Both run here on CPU on the tiny Qwen3-VL,
 without FSDP sharding (one process, a gloo group of one): the tensor names come from the same
-layered_summon_lora_params walk, and FSDP2 keeps module names. The rest of save_checkpoint (sharded model/optimizer
-files, torch.cuda.synchronize) needs a GPU and says nothing about the adapter's layout.
+layered_summon_lora_params walk, and FSDP2 keeps module names. save_checkpoint runs whole (its last line,
+torch.cuda.synchronize, is a no-op without CUDA), so the step's shard files and fsdp_config.json are SkyRL's own, and
+our resume checks (mmrl_trainer.world_size) read the world size from them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from mmrl_api import adapter_rules
 from mmrl_trainer.adapter import check_adapter_dir
 from mmrl_trainer.backends.skyrl import export_final_adapter
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
+from mmrl_trainer.world_size import FSDP_CONFIG, SavedCheckpoint, checkpoint_to_resume
 from tests.support.skyrl import last_json, run_skyrl
 from tests.unit.trainer.test_skyrl_overrides import reference_overrides
 
@@ -53,8 +55,12 @@ wrapped = HFModelWrapper(
 strategy = FSDPStrategy(cfg.trainer.policy.fsdp_config, cfg.trainer.policy.optimizer_config,
                         cfg.trainer.policy.model)
 assert strategy.is_lora
-# RayPPOTrainer.save_checkpoints: global_step_N/policy, then the marker file, last.
-strategy._save_lora_adapters(wrapped.model, f"{ckpt_dir}/global_step_{step}/policy")
+strategy.setup_distributed()  # as the worker does: the world size is the process group's
+# RayPPOTrainer.save_checkpoints: global_step_N/policy, then the marker file, last. save_checkpoint's one GPU-only
+# call is its closing torch.cuda.synchronize(); with no CUDA there is nothing to wait for.
+torch.cuda.synchronize = lambda *args, **kwargs: None
+optimizer = torch.optim.AdamW([p for p in wrapped.model.parameters() if p.requires_grad], lr=1e-4)
+strategy.save_checkpoint(wrapped, f"{ckpt_dir}/global_step_{step}/policy", node_local_rank=0, optimizer=optimizer)
 with open(f"{ckpt_dir}/latest_ckpt_global_step.txt", "w") as f:
     f.write(step)
 dist.destroy_process_group()
@@ -62,7 +68,7 @@ print(json.dumps({"rank": lora.rank, "targets": sorted(lora.target_modules), "ex
 """
 
 
-def test_skyrl_saved_lora_adapter_passes_our_rules_and_is_exported(tmp_path: Path) -> None:
+def test_skyrl_saved_checkpoint_has_the_world_size_we_read_and_an_adapter_passing_our_rules(tmp_path: Path) -> None:
     model_dir, ckpt_dir = tmp_path / "tiny-qwen3-vl", tmp_path / "ckpt"
     _, cfg = reference_overrides()
     cfg = cfg.model_copy(
@@ -83,6 +89,15 @@ def test_skyrl_saved_lora_adapter_passes_our_rules_and_is_exported(tmp_path: Pat
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in names} == set(cfg.lora.target_modules)
     raw = check_adapter_dir(written, base_model=str(model_dir))  # SkyRL's own files, as it wrote them
     assert (raw.rank, raw.alpha, sorted(raw.target_modules)) == (cfg.lora.rank, cfg.lora.alpha, saved["targets"])
+
+    policy = ckpt_dir / "global_step_3" / "policy"
+    assert {f.name for f in policy.glob("*_world_size_*")} == {
+        f"{kind}_world_size_1_rank_0.pt" for kind in ("model", "optim", "extra_state")
+    }
+    assert json.loads((policy / FSDP_CONFIG).read_text()) == {"fsdp_strategy": "fsdp", "world_size": 1}
+    assert checkpoint_to_resume(str(ckpt_dir)) == SavedCheckpoint(3, str(ckpt_dir / "global_step_3"), 1)
+    (policy / FSDP_CONFIG).unlink()  # an older save without the record: the shard names say the same
+    assert checkpoint_to_resume(str(ckpt_dir)) == SavedCheckpoint(3, str(ckpt_dir / "global_step_3"), 1)
 
     exported, served_at, step = export_final_adapter(cfg)
     assert exported == tmp_path / "adapter" and served_at == str(exported)

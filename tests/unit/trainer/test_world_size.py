@@ -23,14 +23,15 @@ from tests.unit.trainer.skyrl_job import ROOT, skyrl_config, skyrl_config_file
 
 
 def skyrl_step(root: Path, step: int, world_size: int, *, fsdp_config: bool = True) -> Path:
-    """A step laid out as SkyRL's FSDPStrategy.save_checkpoint writes it (shard names and fsdp_config.json)."""
+    """A step laid out as SkyRL's FSDPStrategy.save_checkpoint writes it (shard names and fsdp_config.json); the
+    layout is checked against SkyRL's own save in tests/skyrl/test_skyrl_lora_layout.py."""
     policy = root / f"global_step_{step}" / "policy"
     policy.mkdir(parents=True)
     for rank in range(world_size):
         for kind in ("model", "optim", "extra_state"):
             (policy / f"{kind}_world_size_{world_size}_rank_{rank}.pt").write_bytes(b"")
     if fsdp_config:
-        (policy / "fsdp_config.json").write_text(json.dumps({"fsdp_strategy": "fsdp2", "world_size": world_size}))
+        (policy / "fsdp_config.json").write_text(json.dumps({"fsdp_strategy": "fsdp", "world_size": world_size}))
     (root / "latest_ckpt_global_step.txt").write_text(str(step))
     return policy
 
