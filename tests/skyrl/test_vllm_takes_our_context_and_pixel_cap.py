@@ -15,14 +15,14 @@ from PIL import Image
 from mmrl_api import MultimodalRLJob
 from mmrl_api.context_budget import engine_max_model_len
 from mmrl_api.image_budget import image_budget
-from mmrl_local import vllm_cpu
 from mmrl_operator.builders.inference import build_deployment, default_adapter
 from mmrl_operator.builders.trainer_config import build_trainer_config
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 from mmrl_trainer.tiny import build_tiny_vlm
 from tests.support.corpus import example
-from tests.support.vllm_check import vllm_verdict
+from tests.support.skyrl import skyrl_python
+from tests.support.vllm_check import serving_python, vllm_verdict
 
 IMAGE_SIDE = 1024
 PROMPT, RESPONSE, TURNS = 128, 32, 2
@@ -62,7 +62,7 @@ def test_vllm_023_builds_skyrls_engines_with_our_max_model_len_and_pixel_cap(tin
     engine = overrides["generator.inference_engine.engine_init_kwargs"]
     assert engine["max_model_len"] == TURNS * (PROMPT + RESPONSE)
     request = {"model": str(tiny), "engine_kwargs": engine, "image_side": IMAGE_SIDE, "too_long": MAZE_LENGTH}
-    got = vllm_verdict(vllm_cpu.ENGINE_VERSION, request)
+    got = vllm_verdict(skyrl_python(), request)  # SkyRL's venv holds the engines' vLLM, as the image does
     assert got["max_model_len"] == TURNS * (PROMPT + RESPONSE)
     assert got["mm_processor_kwargs"] == engine["mm_processor_kwargs"]
     capped = tokens_for(tiny, engine["mm_processor_kwargs"])
@@ -75,7 +75,7 @@ def test_vllm_serves_with_the_deployments_trained_length_and_pixel_cap(tiny: Pat
     (server,) = build_deployment(job, default_adapter(job))["spec"]["template"]["spec"]["containers"]
     cap = image_budget(PROMPT).processor_kwargs()
     request = {"argv": server["args"], "image_side": IMAGE_SIDE, "too_long": MAZE_LENGTH}
-    got = vllm_verdict(vllm_cpu.VERSION, request)
+    got = vllm_verdict(serving_python(), request)
     assert got["max_model_len"] == TURNS * (PROMPT + RESPONSE)
     assert got["mm_processor_kwargs"] == cap
     assert got["image_tokens"] == tokens_for(tiny, cap) != tokens_for(tiny, None)

@@ -253,7 +253,8 @@ generator_input, uids = prepare_generator_input(
     "train",
     1,
 )
-client = ScriptedVLLM(proxy_url="http://scripted-vllm", server_urls=["http://scripted-vllm"], data_parallel_size=1,
+engine_url = globals().get("engine_url", "http://scripted-vllm")  # a real vLLM's, where the script has one
+client = ScriptedVLLM(proxy_url=engine_url, server_urls=[engine_url], data_parallel_size=1,
                       model_name=cfg.trainer.policy.model.path, tokenizer=tokenizer)
 exp = BasePPOExp.__new__(BasePPOExp)  # __init__ starts Ray and the engines; get_generator needs neither
 generator = exp.get_generator(cfg, tokenizer, client)

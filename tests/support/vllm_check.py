@@ -60,9 +60,10 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def vllm_verdict(version: str, request: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
-    """Run the check in vLLM `version`'s cached venv (built on first use) and return its reply."""
-    python = Path(vllm_cpu.ensure(version)) / "python"
+def vllm_verdict(python: Path, request: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
+    """Run the check with `python` (a venv with vLLM: `serving_python()`, or the SkyRL venv's, where the rollout
+    engines' vLLM is) and return its reply."""
+    version = python.parent.parent.name
     env = {**vllm_cpu.SERVER_ENV, "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         [str(python), "-c", _CHECK], input=json.dumps(request), capture_output=True, text=True, timeout=timeout, env=env
@@ -70,3 +71,8 @@ def vllm_verdict(version: str, request: dict[str, Any], timeout: float = 900) ->
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, f"vLLM {version} check failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def serving_python() -> Path:
+    """The vLLM the local demo serves with (mmrl_local.vllm_cpu, built on first use)."""
+    return Path(vllm_cpu.ensure()) / "python"

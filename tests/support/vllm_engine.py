@@ -1,0 +1,54 @@
+"""A real vLLM 0.23 server, the rollout engines' version, run from the SkyRL venv as the trainer image runs it: SkyRL
+and vLLM in one environment (requirements-skyrl.in), on the image's torch and transformers. CPU build; 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mmrl_local import vllm_cpu
+from mmrl_local.controlplane import free_port
+from tests.support.polling import wait_until
+from tests.support.skyrl import skyrl_python
+
+START_TIMEOUT = 300.0  # a cold start on a loaded 2-core machine (model load, CPU kernels, KV cache)
+
+
+def _healthy(url: str, proc: subprocess.Popen, log: Path) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"vLLM exited with {proc.returncode} before it served:\n{log.read_text()[-3000:]}")
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+            return reply.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextmanager
+def vllm_engine(model: Path, workdir: Path, *args: str) -> Iterator[str]:
+    """Serve `model` with `vllm.entrypoints.openai.api_server` (extra `args` appended); yields its base URL."""
+    port = free_port()
+    log = workdir / "vllm.log"
+    argv = [str(skyrl_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    argv += ["--host", "127.0.0.1", "--port", str(port), *args]
+    env = {**os.environ, **vllm_cpu.SERVER_ENV, "TOKENIZERS_PARALLELISM": "false"}
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url, proc, log), START_TIMEOUT, 1.0, what=f"vLLM to serve (log {log})")
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
