@@ -114,9 +114,12 @@ class Container:
 
 
 def image_paths(env: dict[str, str]) -> list[Path]:
-    """Where "the image" lives on this machine: the Python environment, this checkout, and the PYTHONPATH entries
-    the image's environment names."""
+    """Where "the image" lives on this machine: the Python environment, this checkout, the PYTHONPATH entries the
+    image's environment names, and each virtualenv its PATH puts a bin directory of (MLflow's and vLLM's images are
+    venvs of their own, under $MMRL_CACHE, which may lie under /tmp)."""
+    venvs = [Path(p).parent for p in env.get("PATH", "").split(os.pathsep) if p and Path(p).name == "bin"]
     paths = [Path(sys.prefix), CHECKOUT, *(Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    paths += [v for v in venvs if (v / "pyvenv.cfg").is_file()]
     return [p.resolve() for p in dict.fromkeys(paths) if p.is_absolute() and p.exists()]
 
 

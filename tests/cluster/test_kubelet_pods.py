@@ -1,11 +1,19 @@
 """The local kubelet finishes a graceful delete as a kubelet does: SIGTERM, the grace period, SIGKILL, and the pod
-object goes, also for a process that takes its time to stop (as a draining Ray node does)."""
+object goes, also for a process that takes its time to stop (as a draining Ray node does). And a pod runs from its
+image wherever that image lives on this machine."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from mmrl_local import mlflow_server
 from mmrl_local.kubelet import Kubelet
 from tests.support.operator import wait_until
 
@@ -46,3 +54,29 @@ def test_a_graceful_delete_ends_with_the_pod_object_gone(
 
         wait_until(gone, grace + 30, what="the pod object removed by the kubelet")
     assert not kubelet.errors
+
+
+def test_an_image_that_is_a_venv_under_tmp_stays_visible_through_the_pods_private_tmp(
+    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path, monkeypatch
+):
+    """MLflow's image is a venv of its own under $MMRL_CACHE; a cache under /tmp (CI's cold-cache runs) was hidden by
+    the pod's private /tmp, so `mlflow` resolved to another venv's and the server never came up."""
+    venv = Path(tempfile.mkdtemp(prefix="mmrl-image-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        monkeypatch.setenv("MMRL_MLFLOW_PYTHON", str(venv / "bin" / "python"))
+        with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
+            node = hyperpod_nodes.cpu(kubelet=True)
+            command = ["python", "-c", "import sys; print('prefix', sys.prefix, flush=True)"]
+            spec = {"nodeName": node, "restartPolicy": "Never"}
+            spec["containers"] = [{"name": "main", "image": mlflow_server.IMAGE, "command": command}]
+            core.create_namespaced_pod(namespace, {"metadata": {"name": "from-venv"}, "spec": spec})
+            said = wait_until(
+                lambda: "prefix" in (text := core.read_namespaced_pod_log("from-venv", namespace)) and text,
+                60,
+                what="the container's python to say where it runs from",
+            )
+        assert said.split()[-1] == str(venv)
+        assert not kubelet.errors
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
