@@ -81,31 +81,13 @@ def test_our_environment_for_skyrl_raises_the_placement_group_timeout() -> None:
     assert RAY_PG_TIMEOUT_SECONDS > 180  # skyrl/env_vars.py's default
 
 
-# SkyRL's own path from our settings to vLLM's engine arguments and the Ray workers' environment. vLLM is not in
-# the CPU venv: its argument parser (an empty argparse parser here) and platform object are stood in, so the
-# function that runs is SkyRL's build_vllm_cli_args, including the order in which it applies engine_init_kwargs.
-# prepare_runtime_environment probes GPU peer access (on a GPU-less driver it starts Ray and waits for a 2-GPU
-# placement group, SKYRL_RAY_PG_TIMEOUT_IN_S long); that probe alone is stood in.
+# SkyRL's own path from our settings to vLLM's engine arguments and the Ray workers' environment: SkyRL's
+# build_vllm_cli_args on vLLM 0.23's own argument parser (the SkyRL venv holds it, as the image does), including the
+# order in which it applies engine_init_kwargs. prepare_runtime_environment probes GPU peer access (on a GPU-less
+# driver it starts Ray and waits for a 2-GPU placement group, SKYRL_RAY_PG_TIMEOUT_IN_S long); that probe alone is
+# stood in.
 _THROUGH_SKYRL = r"""
-import argparse, json, os, sys, types, typing
-if sys.version_info < (3, 12):
-    import typing_extensions; typing.TypedDict = typing_extensions.TypedDict
-
-def stand_in(name, **attrs):
-    module = types.ModuleType(name); module.__dict__.update(attrs); sys.modules[name] = module
-
-class _Args:
-    @staticmethod
-    def add_cli_args(parser):
-        return parser
-
-for name in ("vllm.entrypoints", "vllm.entrypoints.openai", "vllm.utils"):
-    stand_in(name)
-stand_in("vllm", AsyncEngineArgs=_Args)
-stand_in("vllm.config", WeightTransferConfig=lambda **kw: kw)
-stand_in("vllm.entrypoints.openai.cli_args", FrontendArgs=_Args)
-stand_in("vllm.platforms", current_platform=types.SimpleNamespace(device_type="cuda"))
-stand_in("vllm.utils.argparse_utils", FlexibleArgumentParser=argparse.ArgumentParser)
+import json, os, sys
 
 overrides, environment = json.load(sys.stdin)
 os.environ.update(environment)  # what the trainer does before initialize_ray
@@ -117,6 +99,10 @@ from mmrl_trainer.backends.skyrl_config import build_skyrl_config
 c = build_skyrl_config(overrides)
 validate_cfg(c)
 args = build_vllm_cli_args(c)
+from vllm.entrypoints.openai.cli_args import validate_parsed_serve_args
+# What `vllm serve` checks before it builds an engine (raises on a refusal); the engine's own checks need the model
+# and run in tests/skyrl/test_vllm_takes_our_context_and_pixel_cap.py on the tiny one.
+validate_parsed_serve_args(args)
 workers = prepare_runtime_environment(c)
 import skyrl.env_vars  # the entry task and its actors read it from their environment, which is `workers`
 print(json.dumps({
