@@ -8,16 +8,18 @@ import pytest
 # In a parallel run the long tests go first and the many short ones last, where they fill the workers' tails.
 _PARALLEL_ORDER = ("tests/e2e", "tests/cluster", "tests/trainer", "tests/skyrl")
 # Files whose tests run in one parallel worker, one at a time, in collection order:
-# - real-ray: the tests that run real Ray (and vLLM, MLflow) pods take a core or more each for minutes; the others
-#   mostly wait on the apiserver. The KubeRay contract test needs it too: its per-scenario comparisons read what its
-#   two side tests recorded in that process. The SkyRL image-features test serves a real vLLM for minutes too.
+# - real-ray-demo and real-ray: the tests that run real Ray (and vLLM, MLflow) pods take a core or more each for
+#   minutes; the others mostly wait on the apiserver. Two such chains, never more, run beside each other: one chain
+#   was the whole run's critical path (about 20 of its minutes), and a third would starve this 2-core machine. The
+#   KubeRay contract test's per-scenario comparisons read what its two side tests recorded in that process. The
+#   SkyRL image-features test serves a real vLLM for minutes too.
 # - leftover-names: both files add unregistered namespaces and links that the other's snapshots would count.
 _SHARE_A_WORKER = {
-    "tests/e2e/test_demo_path.py": "real-ray",
+    "tests/e2e/test_demo_path.py": "real-ray-demo",
     "tests/cluster/test_demo_mlflow.py": "real-ray",
     "tests/cluster/test_kuberay_contract.py": "real-ray",
     "tests/cluster/test_real_kuberay.py": "real-ray",
-    "tests/skyrl/test_skyrl_image_features.py": "real-ray",
+    "tests/skyrl/test_skyrl_image_features.py": "real-ray-demo",
     "tests/unit/local/test_leftovers.py": "leftover-names",
     "tests/unit/test_leftovers_check.py": "leftover-names",
 }

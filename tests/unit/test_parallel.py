@@ -29,15 +29,17 @@ def test_a_group_runs_in_one_worker_in_order_and_the_rest_spreads(pytester: pyte
     pytester.makepyfile(
         **{
             "tests/cluster/test_kuberay_contract.py": _file(out, "contract", 4),
+            "tests/cluster/test_demo_mlflow.py": _file(out, "mlflow", 2),
             "tests/e2e/test_demo_path.py": _file(out, "demo", 2),
             "tests/unit/test_many.py": _file(out, "unit", 12),
         }
     )
     result = pytester.runpytest_subprocess("-p", "tests.support.parallel", "-n", "2", "--dist", "loadgroup")
-    result.assert_outcomes(passed=18)
+    result.assert_outcomes(passed=20)
     ran = [json.loads(line) for line in (pytester.path / "ran.jsonl").read_text().splitlines()]
-    grouped = [(name, worker) for name, worker in ran if not name.startswith("unit")]
-    assert len({worker for _, worker in grouped}) == 1, grouped
-    # e2e before cluster (long groups first), each file in its own order
-    assert [name for name, _ in grouped] == ["demo0", "demo1", "contract0", "contract1", "contract2", "contract3"]
+    real_ray = [(name, worker) for name, worker in ran if name.startswith(("mlflow", "contract"))]
+    assert len({worker for _, worker in real_ray}) == 1, real_ray  # two files of one group: one worker
+    assert [name for name, _ in real_ray] == ["mlflow0", "mlflow1", "contract0", "contract1", "contract2", "contract3"]
+    demo = [(name, worker) for name, worker in ran if name.startswith("demo")]
+    assert [name for name, _ in demo] == ["demo0", "demo1"] and len({worker for _, worker in demo}) == 1, demo
     assert len({worker for name, worker in ran if name.startswith("unit")}) == 2
