@@ -261,6 +261,11 @@ class JobStatus(StatusModel):
         default_factory=list, max_length=MAX_JOB_PODS
     )
     """Nodes hosting this job's pods that currently report a fault."""
+    attempt_nodes: list[Annotated[str, Field(max_length=NAME_MAX)]] = Field(
+        default_factory=list, max_length=MAX_JOB_PODS
+    )
+    """Every node the running attempt's Ray pods have been placed on (empty between attempts). A fault on one of
+    them ends the attempt even when the node took its pods with it, so the attempt still names the node."""
     avoided_nodes: list[AvoidedNode] = Field(default_factory=list, max_length=MAX_AVOIDED_NODES)
     """Nodes whose faults ended earlier attempts, oldest first: the next attempts' Ray pods prefer other nodes."""
     foreign_objects: list[Annotated[str, Field(max_length=NAME_MAX + 32)]] = Field(default_factory=list, max_length=16)

@@ -107,7 +107,9 @@ def observe(
         )
     lookup = node_lookup or kube.get_node
     nodes = {}
-    for node_name in sorted({p.node for p in pods if p.node}):
+    # The running attempt's earlier nodes too: one deleted with its pods is still this job's fault to see.
+    attempt_nodes = set(job.status.attempt_nodes) if job.status else set()
+    for node_name in sorted({p.node for p in pods if p.node} | attempt_nodes):
         nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
     avoided_now = {
         name: nodes[name].uid if name in nodes else dig(lookup(name), "metadata", "uid") for name in avoided_nodes(job)
@@ -292,9 +294,11 @@ def reconcile(
     observed = observe(kube, job, lookup, caches.owned if caches else None, status_problems=problems)
     plan = decide(job, generation, observed, now)
     if caches is not None and starts_or_stops(plan, raw.get("status") or {}):
-        # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far.
+        # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far:
+        # its pods and their nodes alike (a pod list fresher than the node cache could show a pod gone with its
+        # node while the cache still calls that node healthy).
         metrics.FRESH_READS.inc()
-        observed = observe(kube, job, lookup, status_problems=problems)
+        observed = observe(kube, job, node_lookup, status_problems=problems)
         plan = decide(job, generation, observed, now)
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.

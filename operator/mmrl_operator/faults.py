@@ -27,6 +27,17 @@ def watch_nodes(d: Decision) -> None:
             d.plan.delete.append(Delete("v1", "Pod", pod.name, grace))
 
 
+def record_attempt_nodes(d: Decision) -> None:
+    """Remember where the running attempt's Ray pods ran. A node deleted together with its pods (HyperPod's
+    replacement, or the pod garbage collector after a node is gone) leaves no pod that names it: without this
+    memory the attempt would end as a lost pod on an unknown node, and the faulty node would go unreported."""
+    cur = d.current()
+    if cur is None or cur.result != "Running":
+        d.status.attempt_nodes = []
+        return
+    d.status.attempt_nodes = sorted({*d.status.attempt_nodes, *(p.node for p in d.obs.pods if p.node)})
+
+
 def infra_signal(d: Decision, attempt: Attempt) -> tuple[str | None, str | None]:
     """(node, message) when the infrastructure is to blame for this attempt's trouble, else (None, None)."""
     if d.stopping:

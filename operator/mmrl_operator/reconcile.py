@@ -24,7 +24,7 @@ from mmrl_operator.builders.rbac import build_rbac
 from mmrl_operator.builders.trainer_config import build_config_map
 from mmrl_operator.conditions import Facts, compute_conditions
 from mmrl_operator.decision import Decision, Delete, Event, Plan, parse_ts, ts
-from mmrl_operator.faults import watch_nodes
+from mmrl_operator.faults import record_attempt_nodes, watch_nodes
 from mmrl_operator.names import job_dir
 from mmrl_operator.observed import Observed, avoided_by
 from mmrl_operator.report import finish
@@ -87,6 +87,7 @@ def run(d: Decision) -> Plan:
         ensure_children(d)
         watch_nodes(d)
         step_attempts(d)
+    record_attempt_nodes(d)
     if d.status.phase in ("Succeeded", "Serving"):
         serve(d)
     return finish(d)

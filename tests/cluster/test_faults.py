@@ -156,6 +156,25 @@ def test_node_fault_stops_the_attempt_and_resumes_from_the_last_checkpoint(
     assert new_worker.spec.node_name != worker.spec.node_name
 
 
+def test_a_node_gone_with_its_pods_while_the_operator_was_down_is_named_as_the_fault(
+    jobs, operator, kuberay, hyperpod_nodes, core
+):
+    """HyperPod replaced a node, and its pods were collected, while no operator ran (a rollout, a crash): the first
+    pass of the next operator finds neither the node nor a pod on it, and still names that node as the fault."""
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(2)
+    start_training(jobs, kuberay)
+    node = ray_pod(core, jobs.ns, "geo", "ray-worker").spec.node_name
+    wait_until(lambda: node in jobs.status("geo").get("attemptNodes", []), 30, what="the attempt's nodes recorded")
+    operator.stop()
+    with ray_notices_later(kuberay):
+        hyperpod_nodes.delete(node)  # the node, then its pods at once (the pod garbage collector's job)
+        operator.start()
+        wait_until(lambda: jobs.status("geo")["attempts"][0]["result"] != "Running", 60, what="attempt 1 to end")
+    status = assert_recovered_once_from_infra(jobs, node=node, first_result=("Stopped",))
+    assert f"node {node} was deleted" in status["attempts"][0]["message"]
+
+
 def test_head_pod_lost_is_an_infra_failure(jobs, operator, kuberay, hyperpod_nodes, core):
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(1)

@@ -16,7 +16,7 @@ from mmrl_api.trainer_config import TrainerConfig
 from mmrl_local import hyperpod as hp
 from mmrl_local import nodes
 from mmrl_operator.names import config_map_name
-from tests.cluster.test_faults import ray_pod, start_training
+from tests.cluster.test_faults import ray_notices_later, ray_pod, start_training
 from tests.cluster.test_kueue import kueue_sets_suspend
 from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
@@ -170,10 +170,16 @@ def test_a_node_whose_fault_ended_an_attempt_is_avoided_until_it_is_replaced(
     jobs.create(cluster_job("geo", head_on_cpu))
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
     assert ray_pod(core, jobs.ns, "geo", "ray-worker").spec.node_name == first
-    # HyperPod reboots the node; it comes back healthy under the same name. Only then is the spare usable, so the
-    # worker KubeRay recreated meanwhile waits, and both nodes are free when it is placed.
-    nodes.reboot_node(core, first, down_for=2)
-    core.patch_node(spare, {"spec": {"unschedulable": False}})
+    # HyperPod reboots the node; it comes back healthy under the same name. KubeRay recreates the worker only once
+    # both nodes are free: were one freed a moment before the other, the scheduler could place the worker there
+    # with no choice to make, and the preference would go untested.
+    with ray_notices_later(kuberay):
+        nodes.set_health(core, first, hp.NodeHealth.PENDING_REBOOT)
+        nodes.set_not_ready(core, first, reason="Rebooting")
+        wait_until(lambda: jobs.status("geo")["attempts"][0]["result"] != "Running", 60, what="attempt 1 to end")
+        nodes.set_ready(core, first)
+        nodes.set_health(core, first, hp.NodeHealth.SCHEDULABLE)
+        core.patch_node(spare, {"spec": {"unschedulable": False}})
     wait_until(
         lambda: jobs.status("geo").get("attempt") == 2 and jobs.condition("geo", "Training") == "True",
         120,

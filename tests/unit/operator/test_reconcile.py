@@ -127,6 +127,26 @@ def test_node_pending_replacement_stops_attempt_and_charges_infra() -> None:
     assert any(e.reason == "NodeFault" for e in plan.events) and cond(plan, "NodeFaults") == "True"
 
 
+def test_a_node_gone_with_its_pods_is_named_as_the_fault_that_ended_the_attempt() -> None:
+    # HyperPod replaced the worker's node and its pod went with it: no pod names the node any more, but the running
+    # attempt remembered where its pods ran, so the node's deletion is seen and named.
+    j = job()
+    j = advance(j, decide(j, 1, Observed(), T0))
+    j = advance(j, decide(j, 1, Observed(raycluster=ready_cluster(j), pods=PODS), T0))
+    running = decide(j, 1, Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS), T0)
+    assert running.status["attemptNodes"] == ["hyperpod-i-0", "hyperpod-i-1"]
+    j = advance(j, running)
+    gone = verdicts(node("hyperpod-i-0"), ("hyperpod-i-1", None))
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()}, pods=PODS[:1], nodes=gone)
+    plan = decide(j, 1, world, T0 + timedelta(seconds=30))
+    (attempt,) = plan.status["attempts"]
+    assert attempt["result"] == "Stopped" and attempt["failure"] == "infra" and attempt["node"] == "hyperpod-i-1"
+    assert "node hyperpod-i-1 was deleted" in attempt["message"]
+    assert [(d.kind, d.name) for d in plan.delete] == [("RayJob", "geo-a1")]
+    # Between attempts there is nothing to remember; the next attempt records its own nodes.
+    assert plan.status.get("attemptNodes", []) == []
+
+
 def test_degraded_node_marks_attempt_so_its_failure_counts_as_infra() -> None:
     j = job()
     j = advance(j, decide(j, 1, Observed(), T0))
