@@ -181,18 +181,21 @@ def _owner_alive(record: dict) -> bool:
     return isinstance(pid, int) and procs.pid_alive(pid) and _start_time(pid) == record.get("start")
 
 
-def run_record(run: str) -> dict | None:
-    """What the run registered (owner ``pid``, its ``start`` time, the ``mark`` of the run it belongs to), or None."""
+def _read_record(path: Path) -> dict | None:
     with contextlib.suppress(OSError, ValueError):
-        record = json.loads((REGISTRY / f"{run}.json").read_text())
+        record = json.loads(path.read_text())
         return record if isinstance(record, dict) else None
     return None
 
 
+def run_record(run: str) -> dict | None:
+    """What the run registered (owner ``pid``, its ``start`` time, the ``mark`` of the run it belongs to), or None."""
+    return _read_record(REGISTRY / f"{run}.json")
+
+
 def _record_is_live(path: Path) -> bool:
-    with contextlib.suppress(OSError, ValueError):
-        return _owner_alive(json.loads(path.read_text()))
-    return False
+    record = _read_record(path)
+    return record is not None and _owner_alive(record)
 
 
 def live_runs() -> set[str]:
@@ -267,7 +270,8 @@ def remove_leftovers() -> list[str]:
         if probe and not procs.pid_alive(int(probe["pid"])):
             ip("netns", "del", entry["name"], check=False)
             removed.append(entry["name"])
-    for path in REGISTRY.glob("*.json"):
+    # Records, and records staged by a run killed before it renamed them into place (its owner is gone too).
+    for path in [*REGISTRY.glob("*.json"), *REGISTRY.glob("*.tmp")]:
         if path.stem not in live and not _record_is_live(path):  # read again: it may be newer than `live`
             path.unlink(missing_ok=True)
     return removed

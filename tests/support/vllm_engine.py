@@ -5,7 +5,6 @@ and vLLM in one environment (requirements-skyrl.in), on the image's torch and tr
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -13,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mmrl_local import vllm_cpu
+from mmrl_local import procs, vllm_cpu
 from mmrl_local.controlplane import free_port
 from tests.support.polling import wait_until
 from tests.support.skyrl import skyrl_python
@@ -39,16 +38,11 @@ def vllm_engine(model: Path, workdir: Path, *args: str) -> Iterator[str]:
     argv = [str(skyrl_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--host", "127.0.0.1", "--port", str(port), *args]
     env = {**os.environ, **vllm_cpu.SERVER_ENV, "TOKENIZERS_PARALLELISM": "false"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    log.unlink(missing_ok=True)
+    proc = procs.spawn(argv, log, env=env)  # its own process group, stopped with the session if the test dies
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _healthy(url, proc, log), START_TIMEOUT, 1.0, what=f"vLLM to serve (log {log})")
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        procs.stop(proc, timeout=30)

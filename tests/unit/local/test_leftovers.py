@@ -123,6 +123,25 @@ def test_cleanup_never_takes_a_run_that_starts_during_it(network_names, monkeypa
         record.unlink(missing_ok=True)
 
 
+def test_a_record_staged_by_a_killed_run_is_removed_and_a_live_runs_stays(network_names) -> None:
+    """A run writes its record to ``<run>.tmp`` and renames it into place; killed in between, it leaves the staged
+    file, which the next cleanup removes once its owner is gone, and only then."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = {"pid": gone.pid, "start": -1, "mark": "another-run"}  # no process started at -1: its owner is gone
+    live = {"pid": os.getpid(), "start": podnet._start_time(os.getpid()), "mark": "another-run"}
+    podnet.REGISTRY.mkdir(parents=True, exist_ok=True)
+    staged = {name: podnet.REGISTRY / f"{secrets.token_hex(3)}.tmp" for name in ("dead", "live")}
+    staged["dead"].write_text(json.dumps(dead))
+    staged["live"].write_text(json.dumps(live))
+    try:
+        podnet.remove_leftovers()
+        assert not staged["dead"].exists() and staged["live"].exists()
+    finally:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+
+
 def marked_env(token: str) -> dict[str, str]:
     return {**os.environ, procs.RUN_MARK: token}
 
