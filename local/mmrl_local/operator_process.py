@@ -22,6 +22,8 @@ from mmrl_local.controlplane import free_port
 from mmrl_local.promtext import metric_sum
 
 MODULE = "mmrl_operator.cli"
+CRASHING_MODULE = "mmrl_local.crashing"
+CRASH_AFTER_WRITES = "MMRL_CRASH_AFTER_WRITES"  # mmrl_local.crashing's setting (not imported here: it imports kopf)
 # What the fork server imports ahead: the command line and everything `mmrl operator` runs.
 PREIMPORT = [MODULE, "mmrl_operator.run"]
 FORKSERVER_ENV = "MMRL_OPERATOR_FORKSERVER"
@@ -63,12 +65,14 @@ class OperatorProcess:
         if self.identity:
             env["POD_NAME"] = self.identity
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # A fault-injected operator (mmrl_local.crashing) when asked for one, else the operator's own entry point.
+        module = CRASHING_MODULE if CRASH_AFTER_WRITES in self.extra_env else MODULE
         server = env.get(FORKSERVER_ENV)
         if server:
-            self.proc = forkserver.spawn(Path(server), MODULE, args, env, self.log_path)
+            self.proc = forkserver.spawn(Path(server), module, args, env, self.log_path)
             return self
         # Like every process mmrl_local starts: its own process group, and killed with us (procs.spawn).
-        self.proc = procs.spawn([sys.executable, "-m", MODULE, *args], self.log_path, env=env)
+        self.proc = procs.spawn([sys.executable, "-m", module, *args], self.log_path, env=env)
         return self
 
     @property

@@ -128,10 +128,12 @@ def _cleanup(**_: Any) -> None:
     if RUNTIME:
         RUNTIME.stop.set()
         RUNTIME.queue.stop()
+        finished = RUNTIME.queue.join(timeout=20.0)  # the passes in flight end before the lease is handed over
         RUNTIME.prober.stop()
         RUNTIME.caches.stop()
         if RUNTIME.elector:
-            RUNTIME.elector.stop()
+            # A pass still running after 20 s keeps the lease to its end: a standby then waits for it to expire.
+            RUNTIME.elector.stop(release=finished)
 
 
 @kopf.on.probe(id="leader")

@@ -1,8 +1,9 @@
 """Kubernetes API access: server-side apply under one field manager, idempotent deletes, events, status.
 
-Everything the controller does to the cluster goes through `Kube`, so tests can count API calls and a fault
-injector can stop the process between any two of them (`MMRL_CRASH_AFTER_WRITES`). Each call first checks that
-`rbac.PERMISSIONS` (the source of the chart's RBAC) declares it.
+Everything the controller does to the cluster goes through `Kube`, so its requests are counted (per pass, and in the
+`mmrl_api_requests_total` and `mmrl_api_writes_total` metrics) and test tooling can stop the process between any two
+writes (mmrl_local.crashing). Each call first checks that `rbac.PERMISSIONS` (the source of the chart's RBAC)
+declares it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from mmrl_api import constants as c
+from mmrl_operator import metrics
 from mmrl_operator.rbac import CORE, require
 from mmrl_operator.service_proxy import proxy_json
 
@@ -68,13 +70,9 @@ class Kube:
         self.dyn = DynamicClient(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
-        self.calls = 0  # every request of this process
-        self._thread = threading.local()  # and of the current thread: the reconcile passes run on 4 workers
-        self.writes = 0
+        self._thread = threading.local()  # requests of the current thread: the reconcile passes run on 4 workers
         # The operator's /v1/models prober (set by handlers.Runtime); without one a pass asks the server itself.
         self.prober: Prober | None = None
-        crash = os.environ.get("MMRL_CRASH_AFTER_WRITES")
-        self._crash_after = int(crash) if crash else None
 
     def _resource(self, api_version: str, kind: str, *verbs: str):  # type: ignore[no-untyped-def]
         resource = self.dyn.resources.get(api_version=api_version, kind=kind)
@@ -82,18 +80,16 @@ class Kube:
         return resource
 
     def _count(self) -> None:
-        self.calls += 1
         self._thread.calls = self.thread_calls() + 1
+        metrics.API_REQUESTS.inc()
 
     def thread_calls(self) -> int:
         """Requests made so far by the calling thread (a pass's own calls: the difference around it)."""
         return getattr(self._thread, "calls", 0)
 
     def _wrote(self) -> None:
-        self.writes += 1
-        if self._crash_after is not None and self.writes >= self._crash_after:
-            log.warning("fault injection: exiting after %d writes", self.writes)
-            os._exit(137)
+        """After each write that the apiserver accepted (test tooling stops the process here: mmrl_local.crashing)."""
+        metrics.API_WRITES.inc()
 
     # --- reads ---------------------------------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:

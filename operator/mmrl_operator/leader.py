@@ -1,8 +1,10 @@
 """Leader election on a coordination.k8s.io Lease, so only one operator replica acts at a time.
 
-Standbys keep watching (their caches stay warm) but their work queue drops every key until they hold the lease.
-A leader that cannot renew within the lease duration stops acting before another replica may take over
-(renew deadline < lease duration), which is what prevents two replicas acting at once.
+Standbys keep watching (their caches stay warm); their work queue keeps every key that comes due until they hold the
+lease, then runs them all (`on_leading`). A leader that cannot renew within the lease duration stops acting before
+another replica may take over (renew deadline < lease duration), which is what prevents two replicas acting at once.
+A replica that stops cleanly (a rolling update's SIGTERM) releases the lease after its last pass, so a standby, which
+asks every `retry_seconds`, takes over at once instead of after the lease runs out.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from kubernetes import client
@@ -39,32 +42,64 @@ class LeaderElector:
         identity: str | None = None,
         lease_seconds: int = 15,
         renew_seconds: float = 5.0,
+        retry_seconds: float = 1.0,
+        on_leading: Callable[[], None] | None = None,
     ) -> None:
         self.api = client.CoordinationV1Api(api_client)
         self.namespace, self.name = namespace, name
         self.identity = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-        self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
+        self.lease_seconds, self.renew_seconds, self.retry_seconds = lease_seconds, renew_seconds, retry_seconds
+        self.on_leading = on_leading
         self._leader_until = 0.0
         self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mmrl-leader", daemon=True)
 
     def is_leader(self) -> bool:
         return time.monotonic() < self._leader_until
 
     def start(self) -> None:
-        threading.Thread(target=self._loop, name="mmrl-leader", daemon=True).start()
+        self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, release: bool = True) -> None:
+        """Stop electing; with `release`, hand the lease back if this replica holds it. Call it after the last pass
+        has ended: from here on this replica acts on nothing."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.lease_seconds)  # a round in flight would renew after the release
+        held, self._leader_until = self.is_leader(), 0.0
+        if release and held:
+            try:
+                self._release()
+            except Exception:
+                log.exception("could not release the lease; a standby takes over when it expires")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            leading = False
             try:
                 if self._try_acquire_or_renew():
+                    was = self.is_leader()
                     # Act only until a margin before the lease could be taken over by someone else.
                     self._leader_until = time.monotonic() + self.lease_seconds - self.renew_seconds
+                    leading = True
+                    if not was and self.on_leading is not None:
+                        self.on_leading()
             except Exception:
                 log.exception("leader election round failed")
-            self._stop.wait(self.renew_seconds)
+            self._stop.wait(self.renew_seconds if leading else self.retry_seconds)
+
+    def _release(self) -> None:
+        require(COORDINATION, "leases", "get")
+        lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        if lease.spec.holder_identity != self.identity:
+            return
+        now = _fmt(_now())
+        spec = {"leaseDurationSeconds": 1, "renewTime": now, "acquireTime": now}
+        spec["leaseTransitions"] = lease.spec.lease_transitions or 0
+        body = {"metadata": {"name": self.name, "resourceVersion": lease.metadata.resource_version}, "spec": spec}
+        require(COORDINATION, "leases", "update")
+        self.api.replace_namespaced_lease(self.name, self.namespace, body)  # no holder: free for the next
+        log.info("released the lease", extra={"identity": self.identity})
 
     def _try_acquire_or_renew(self) -> bool:
         now = _now()

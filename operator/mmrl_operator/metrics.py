@@ -21,6 +21,12 @@ FRESH_READS = Counter(
     "mmrl_fresh_reads_total", "Passes whose cached view would start or stop an attempt, decided again on fresh LISTs"
 )
 NODE_FAULTS = Counter("mmrl_node_faults_total", "Node faults seen on nodes hosting job pods")
+API_REQUESTS = Counter("mmrl_api_requests_total", "Requests the operator's reconcile passes made to the apiserver")
+API_WRITES = Counter("mmrl_api_writes_total", "Writes (applies, deletes, status patches) the apiserver accepted")
+LEADER = Gauge("mmrl_leader", "1 while this replica holds the Lease and acts (always 1 with --standalone)")
+STANDING_BY = Gauge(
+    "mmrl_queue_standing_by", "Jobs that came due while this replica stood by, all run the moment it leads"
+)
 
 _EVENT_COUNTERS = {
     "AttemptStarted": lambda: ATTEMPTS.inc(),

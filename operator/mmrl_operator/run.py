@@ -10,7 +10,7 @@ import time
 import kopf
 from prometheus_client import start_http_server
 
-from mmrl_operator import handlers
+from mmrl_operator import handlers, metrics
 from mmrl_operator.kube import Kube
 from mmrl_operator.leader import LeaderElector
 from mmrl_operator.workqueue import WorkQueue
@@ -47,6 +47,9 @@ def run_operator(args: argparse.Namespace) -> int:
         workers=int(os.environ.get("MMRL_WORKERS", "4")),
         active=(elector.is_leader if elector else lambda: True),
     )
+    if elector is not None:
+        elector.on_leading = queue.resume  # the keys a standby kept run the moment it leads
+    metrics.LEADER.set_function(lambda: 1.0 if elector is None or elector.is_leader() else 0.0)
     namespaces = args.namespace or []
     handlers.install(
         handlers.Runtime(

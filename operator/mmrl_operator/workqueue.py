@@ -11,6 +11,9 @@ Keys added with `low=True` (the periodic resync) wait behind every other key: wi
 asks for dozens of passes a second, and a node fault's pass must not queue behind them. An event for a key that
 waits at low priority promotes it.
 
+While `active()` says False (a standby replica) a key that comes due runs no pass: it is kept, and `resume()` (the
+replica gained the lease) queues every kept key at once, so failover does not wait for the next event or resync.
+
 Time comes from `clock` (monotonic seconds). A test passes a clock it moves by hand and calls `wake()` after each
 move, since the workers' waits time out on the real clock; `idle()` then says when the queue has acted on the move.
 """
@@ -49,6 +52,7 @@ class WorkQueue:
         self._delayed: list[tuple[float, Key]] = []  # heap; entries whose time is not _deadline[key] are stale
         self._deadline: dict[Key, float] = {}
         self._failures: dict[Key, int] = {}
+        self._standing_by: set[Key] = set()  # keys that came due while this replica did not act (not the leader)
         self._stop = False
         self._parked = 0  # workers waiting on the condition
         self._looked_at: float | None = None  # the clock when a worker last moved due deadlines; None: a new one
@@ -64,6 +68,31 @@ class WorkQueue:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+
+    def join(self, timeout: float) -> bool:
+        """After `stop`: wait until every worker has finished its pass in flight. False if one is still running."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t.is_alive():
+                t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def resume(self) -> None:
+        """This replica acts again (it gained the lease): every key that came due while it stood by is queued now,
+        instead of waiting for the next event or resync. Call it once `active()` says True."""
+        with self._cv:
+            keys, self._standing_by = self._standing_by, set()
+            metrics.STANDING_BY.set(0)
+            for key in sorted(keys):
+                if key in self._busy:
+                    self._dirty.add(key)
+                else:
+                    self._push(key)
+
+    def standing_by(self) -> int:
+        """How many keys wait for this replica to act again."""
+        with self._cv:
+            return len(self._standing_by)
 
     def wake(self) -> None:
         """Have the waiting workers read the clock again (after a clock that jumps has moved)."""
@@ -166,8 +195,11 @@ class WorkQueue:
     def _work(self) -> None:
         while (key := self._next()) is not None:
             try:
-                if not self._active():
-                    continue  # a standby replica keeps its caches warm but acts on nothing
+                with self._cv:  # checked and kept under the lock `resume` takes: no key slips between the two
+                    if not self._active():
+                        self._standing_by.add(key)  # a standby keeps its caches warm and its keys, acts on nothing
+                        metrics.STANDING_BY.set(len(self._standing_by))
+                        continue
                 delay = self._handler(key)
                 self._failures.pop(key, None)
                 if delay is not None:

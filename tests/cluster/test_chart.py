@@ -72,7 +72,8 @@ def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: 
     objects = helm.template("mmrl", "mmrl-system", {"watchNamespaces": ["team-a"]})
     (deployment,) = of_kind(objects, "Deployment")
     spec = deployment["spec"]
-    assert spec["strategy"] == {"type": "Recreate"}
+    # A rollout keeps a ready standby up until the old leader has handed the Lease over.
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
@@ -88,6 +89,7 @@ def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: 
     assert f"--liveness=http://0.0.0.0:{ports['health']}/healthz" in args
     assert f"--metrics-port={ports['metrics']}" in args
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "--namespace=team-a" in args and "--standalone" not in args
     (leader_role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["namespace"] == "mmrl-system"]
     lease = next(r["resourceNames"][0] for r in leader_role["rules"] if r.get("resourceNames"))

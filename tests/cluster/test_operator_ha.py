@@ -5,19 +5,23 @@ converges."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from mmrl_local.operator_process import CRASH_AFTER_WRITES
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import OperatorProcess, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
 RECONCILES = "mmrl_reconcile_duration_seconds_count"  # observed at the end of every pass that read its job
-INJECTED_EXIT = 137  # the operator's os._exit after its k-th write (MMRL_CRASH_AFTER_WRITES); a SIGKILL reads -9
+STANDING_BY, LEADER = "mmrl_queue_standing_by", "mmrl_leader"
+INJECTED_EXIT = 137  # mmrl_local.crashing's os._exit after the operator's k-th write; a SIGKILL reads -9
 
 
 def served_a_pass(op: OperatorProcess) -> bool:
@@ -28,9 +32,17 @@ def served_a_pass(op: OperatorProcess) -> bool:
         return False
 
 
-def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
-    control_plane, jobs, kuberay, nodes_ready, tmp_path: Path, api_client
-):
+# The lease's timings (leader.py): a standby takes a lease over when it is LEASE_SECONDS past its last renewal and
+# asks every second; the operator's resync is 30 s. A replica that takes over within these bounds ran the job because
+# it kept the job's key while it stood by, not because a resync came round.
+LEASE_SECONDS = 15
+FAILOVER_BOUND = LEASE_SECONDS + 10  # after a SIGKILL: the lease runs out, then one poll and one pass, on a busy host
+HANDOVER_BOUND = 10  # after a clean stop, which releases the lease: one poll and one pass; far below the lease
+
+
+@contextlib.contextmanager
+def two_replicas(control_plane, jobs, kuberay, tmp_path: Path, api_client) -> Iterator[tuple[OperatorProcess, ...]]:
+    """Two replicas with leader election; the job "geo" runs attempt 1 (held); yields (leader, standby)."""
     lease = "mmrl-test-" + jobs.ns[-6:]
     kw = {"standalone": False, "namespaces": [jobs.ns], "env": {"MMRL_LEASE_NAME": lease}}
     a = OperatorProcess(control_plane.kubeconfig, tmp_path / "a.log", identity="replica-a", **kw).start()
@@ -41,32 +53,63 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
         kuberay.script("geo-a1", "hang")
         jobs.create(cluster_job("geo"))
         wait_until(lambda: jobs.status("geo").get("phase") == "Running", 60)
-        holder = client.CoordinationV1Api(api_client).read_namespaced_lease(lease, "default").spec.holder_identity
-        leader, standby = (a, b) if holder == "replica-a" else (b, a)
+        holder = holder_of(api_client, lease)
         assert holder in ("replica-a", "replica-b")
+        leader, standby = (a, b) if holder == "replica-a" else (b, a)
         # The leader has served the passes that ran the job; the standby has served none.
         assert leader.metric(RECONCILES) > 0 and standby.metric(RECONCILES) == 0
+        yield leader, standby
+        assert holder_of(api_client, lease) == standby.identity
+    finally:
+        a.stop()
+        b.stop()
+
+
+def holder_of(api_client, lease: str) -> str | None:
+    return client.CoordinationV1Api(api_client).read_namespaced_lease(lease, "default").spec.holder_identity
+
+
+def suspended_within(jobs, bound: float, since: float) -> None:
+    """Suspend the job (work only a leader does) and wait until it is, at most `bound` seconds after `since`."""
+    jobs.patch("geo", {"spec": {"suspend": True}})
+    left = bound - (time.monotonic() - since)
+    wait_until(lambda: jobs.status("geo").get("phase") == "Suspended", left, what="the other replica to act")
+
+
+def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(
+    control_plane, jobs, kuberay, nodes_ready, tmp_path: Path, api_client
+):
+    with two_replicas(control_plane, jobs, kuberay, tmp_path, api_client) as (leader, standby):
+        # The standby kept the job's key from its first listing: it runs it the moment it leads.
+        wait_until(lambda: standby.metric(STANDING_BY) == 1, 30, what="the standby to keep the job's key")
+        assert standby.metric(LEADER) == 0 and leader.metric(LEADER) == 1
         leader.kill()
+        killed = time.monotonic()
         kuberay.script("geo-a2", "succeed-after=1")
-        jobs.patch("geo", {"spec": {"suspend": True}})  # work that only a live leader can do
-        wait_until(lambda: jobs.status("geo").get("phase") == "Suspended", 60, what="standby to take over")
+        suspended_within(jobs, FAILOVER_BOUND, killed)
+        assert standby.metric(STANDING_BY) == 0 and standby.metric(LEADER) == 1
         # A pass is counted when it ends, a moment after its status write.
         wait_until(lambda: standby.metric(RECONCILES) > 0, 10, what="the standby's pass to be counted")
-        leases = client.CoordinationV1Api(api_client)
-        assert leases.read_namespaced_lease(lease, "default").spec.holder_identity == standby.identity
         wait_until(lambda: not jobs.ray_names("rayjobs") and not jobs.ray_names("rayclusters"), 60, what="deletes")
         # The new leader carries the job on to its end, with one cluster and one RayJob per attempt.
         jobs.patch("geo", {"spec": {"suspend": False}})
         assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
-        status = jobs.status("geo")
-        assert [(a["rayJob"], a["result"]) for a in status["attempts"]] == [
-            ("geo-a1", "Stopped"),
-            ("geo-a2", "Succeeded"),
-        ]
-        assert jobs.ray_names("rayjobs") == ["geo-a2"] and jobs.ray_names("rayclusters") == ["geo"]
-    finally:
-        a.stop()
-        b.stop()
+    status = jobs.status("geo")
+    assert [(a["rayJob"], a["result"]) for a in status["attempts"]] == [("geo-a1", "Stopped"), ("geo-a2", "Succeeded")]
+    assert jobs.ray_names("rayjobs") == ["geo-a2"] and jobs.ray_names("rayclusters") == ["geo"]
+
+
+def test_a_leader_stopped_cleanly_hands_the_lease_over_at_once(
+    control_plane, jobs, kuberay, nodes_ready, tmp_path: Path, api_client
+):
+    """A rolling update: SIGTERM ends the leader's last pass, then releases its lease; the standby leads within a
+    second, where it would otherwise wait out the lease (15 s)."""
+    with two_replicas(control_plane, jobs, kuberay, tmp_path, api_client) as (leader, standby):
+        wait_until(lambda: standby.metric(STANDING_BY) == 1, 30, what="the standby to keep the job's key")
+        leader.stop()  # SIGTERM, as a rollout sends it
+        assert "released the lease" in leader.log_path.read_text()
+        suspended_within(jobs, HANDOVER_BOUND, time.monotonic())
+        wait_until(lambda: standby.metric(RECONCILES) > 0, 10, what="the standby's pass to be counted")
 
 
 def test_killed_at_random_points_never_duplicates_and_converges(
@@ -83,7 +126,7 @@ def test_killed_at_random_points_never_duplicates_and_converges(
         assert time.monotonic() < deadline, f"did not converge after {kills} kills"
         if kills % 2 == 0:
             # Exit right after the k-th write of this process: lands between any two API calls of a pass.
-            env = {"MMRL_CRASH_AFTER_WRITES": str(rng.randint(1, 6))}
+            env = {CRASH_AFTER_WRITES: str(rng.randint(1, 6))}  # the operator, run by mmrl_local.crashing
             op = OperatorProcess(control_plane.kubeconfig, tmp_path / "op.log", namespaces=[jobs.ns], env=env).start()
             wait_until(lambda op=op: not op.alive or served_a_pass(op), 90, interval=0.05, what="a write or a pass")
             if op.alive:

@@ -108,14 +108,40 @@ def test_requeue_after_runs_the_key_again() -> None:
     assert calls == [t0, t0 + 0.25] and q.pending() == {}
 
 
-def test_standby_replica_acts_on_nothing() -> None:
+def test_standby_replica_acts_on_nothing_and_runs_every_kept_key_once_it_leads() -> None:
     calls: list[Key] = []
-    q = on_clock(lambda key: calls.append(key), FakeClock(), workers=1, active=lambda: False)
+    leading = threading.Event()
+    q = on_clock(lambda key: calls.append(key), FakeClock(), workers=2, active=leading.is_set)
+    q.start()
+    keys = [("ns", f"job-{i}") for i in range(5)]
+    for key in [*keys, keys[0]]:
+        q.add(key)
+    wait_for(q.idle)  # the workers took every key (nothing is queued) and are waiting again
+    assert calls == [] and q.pending() == {} and q.standing_by() == len(keys)
+    leading.set()  # the lease is won: the elector calls resume
+    q.resume()
+    wait_for(q.idle)
+    q.stop()
+    assert sorted(calls) == keys and q.standing_by() == 0  # each kept key ran once, with no event or resync
+
+
+def test_stop_then_join_waits_for_the_pass_in_flight() -> None:
+    entered, release = threading.Event(), threading.Event()
+    finished: list[Key] = []
+
+    def slow(key: Key) -> None:
+        entered.set()
+        release.wait(10)
+        finished.append(key)
+
+    q = WorkQueue(slow, workers=1)
     q.start()
     q.add(KEY)
-    wait_for(q.idle)  # the worker took the key (nothing is queued) and is waiting again
+    wait_for(entered.is_set)
     q.stop()
-    assert calls == [] and q.pending() == {}
+    assert not q.join(timeout=0.05) and finished == []  # still in its pass: a lease must not be handed over yet
+    release.set()
+    assert q.join(timeout=10) and finished == [KEY]
 
 
 def test_a_key_keeps_only_its_earliest_deadline_and_memory_stays_bounded() -> None:
