@@ -214,9 +214,19 @@ def delete_node(api: client.CoreV1Api, name: str, *, delete_pods: bool = True) -
 
 def reboot_node(api: client.CoreV1Api, name: str, *, down_for: float = 1.0) -> None:
     """HyperPod reboot: PendingReboot + taint, NotReady for a while, then Ready and Schedulable, same name."""
+    start_reboot(api, name)
+    time.sleep(down_for)
+    end_reboot(api, name)
+
+
+def start_reboot(api: client.CoreV1Api, name: str) -> None:
+    """The first half of `reboot_node`: PendingReboot + taint, and NotReady."""
     set_health(api, name, hp.NodeHealth.PENDING_REBOOT)
     set_not_ready(api, name, reason="Rebooting")
-    time.sleep(down_for)
+
+
+def end_reboot(api: client.CoreV1Api, name: str) -> None:
+    """The second half of `reboot_node`: Ready again, and Schedulable."""
     set_ready(api, name)
     set_health(api, name, hp.NodeHealth.SCHEDULABLE)
 

@@ -84,10 +84,7 @@ class WorkQueue:
             keys, self._standing_by = self._standing_by, set()
             metrics.STANDING_BY.set(0)
             for key in sorted(keys):
-                if key in self._busy:
-                    self._dirty.add(key)
-                else:
-                    self._push(key)
+                self._add(key)
 
     def standing_by(self) -> int:
         """How many keys wait for this replica to act again."""
@@ -109,10 +106,14 @@ class WorkQueue:
 
     def add(self, key: Key, low: bool = False) -> None:
         with self._cv:
-            if key in self._busy:
-                self._dirty.add(key)  # run again once the current pass ends
-            else:
-                self._push(key, low)
+            self._add(key, low)
+
+    def _add(self, key: Key, low: bool = False) -> None:
+        """Queue a key, or mark it to run again once its current pass ends (the lock is held)."""
+        if key in self._busy:
+            self._dirty.add(key)
+        else:
+            self._push(key, low)
 
     def _push(self, key: Key, low: bool = False) -> None:
         """Queue a key that is not busy (the lock is held)."""
@@ -159,10 +160,7 @@ class WorkQueue:
                     if self._deadline.get(key) != when:
                         continue  # superseded by an earlier deadline that already fired
                     del self._deadline[key]
-                    if key in self._busy:
-                        self._dirty.add(key)
-                    else:
-                        self._push(key)
+                    self._add(key)
                 for i, key in enumerate(self._ready):
                     if key not in self._busy:
                         del self._ready[i]

@@ -174,11 +174,9 @@ def test_a_node_whose_fault_ended_an_attempt_is_avoided_until_it_is_replaced(
     # both nodes are free: were one freed a moment before the other, the scheduler could place the worker there
     # with no choice to make, and the preference would go untested.
     with ray_notices_later(kuberay):
-        nodes.set_health(core, first, hp.NodeHealth.PENDING_REBOOT)
-        nodes.set_not_ready(core, first, reason="Rebooting")
+        nodes.start_reboot(core, first)
         wait_until(lambda: jobs.status("geo")["attempts"][0]["result"] != "Running", 60, what="attempt 1 to end")
-        nodes.set_ready(core, first)
-        nodes.set_health(core, first, hp.NodeHealth.SCHEDULABLE)
+        nodes.end_reboot(core, first)
         core.patch_node(spare, {"spec": {"unschedulable": False}})
     wait_until(
         lambda: jobs.status("geo").get("attempt") == 2 and jobs.condition("geo", "Training") == "True",
