@@ -21,7 +21,7 @@ KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_VERSION = "v0.17.0"
 BINARY = "kueue-raycluster-check"
 # Bump when the build below changes in a way that changes the binary.
-RECIPE = "1"
+RECIPE = "2"
 
 
 def build_key() -> str:

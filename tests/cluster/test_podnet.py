@@ -277,12 +277,21 @@ def test_without_root_the_run_says_why_in_one_line_and_makes_no_pod_network(monk
 def test_a_probe_namespace_of_a_killed_process_is_removed_too(control_plane) -> None:
     if control_plane.network_note:
         pytest.skip(control_plane.network_note)
+    """Asserted on the host, not on what this call returns: another test worker's control plane may start and
+    remove the dead probe's namespace first, with the same code. A live probe's namespace is never touched."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     name = f"mmrl-probe-{gone.pid}-dead"
+    live = f"mmrl-probe-{os.getpid()}-live"
     podnet.ip("netns", "add", name)
-    assert name in podnet.remove_leftovers()
-    assert name not in names_on_host()
+    podnet.ip("netns", "add", live)
+    try:
+        removed = podnet.remove_leftovers()
+        assert live not in removed
+        assert live in names_on_host()
+        assert name not in names_on_host()
+    finally:
+        podnet.ip("netns", "del", live, check=False)
 
 
 def test_an_ip_is_not_reused_while_the_namespace_that_had_it_is_still_being_removed(

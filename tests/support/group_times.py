@@ -3,6 +3,8 @@ included: where a slow suite spends its minutes, printed by every `make test` fo
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 
 import pytest
@@ -18,10 +20,22 @@ def group_of(nodeid: str) -> str:
     return "/".join(parts[:2]) if len(parts) > 2 else path
 
 
+def timeline_row(report: pytest.TestReport) -> dict:
+    """One phase of one test as a line of the timeline: which worker ran it, from when to when (epoch seconds)."""
+    node = getattr(report, "node", None)  # pytest-xdist's controller sets it to the worker that sent the report
+    worker = node.gateway.id if node is not None else "main"
+    return {"test": report.nodeid, "when": report.when, "worker": worker, "start": report.start, "stop": report.stop}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     group = group_of(report.nodeid)
     _SECONDS[group] += report.duration
     _TESTS[group].add(report.nodeid)
+    # MMRL_TEST_TIMELINE=<file>: every phase of every test, a JSON object per line, to see how the workers'
+    # schedules line up (which chain is the critical path, where a worker sits idle).
+    if path := os.environ.get("MMRL_TEST_TIMELINE"):
+        with open(path, "a") as out:
+            out.write(json.dumps(timeline_row(report)) + "\n")
 
 
 def table(seconds: dict[str, float], tests: dict[str, set[str]]) -> list[str]:
