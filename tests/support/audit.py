@@ -16,6 +16,7 @@ class Request:
     namespace: str | None
     name: str | None
     code: int
+    authorized: bool = False  # the authorizer allowed it (a 403 after that came from admission, not from RBAC)
 
     @property
     def permission(self) -> tuple[str, str, str]:
@@ -41,6 +42,7 @@ def requests_by(log: Path, username: str) -> list[Request]:
                 namespace=ref.get("namespace"),
                 name=ref.get("name"),
                 code=(event.get("responseStatus") or {}).get("code", 0),
+                authorized=(event.get("annotations") or {}).get("authorization.k8s.io/decision") == "allow",
             )
         )
     return found

@@ -33,7 +33,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _TESTS[group].add(report.nodeid)
     # MMRL_TEST_TIMELINE=<file>: every phase of every test, a JSON object per line, to see how the workers'
     # schedules line up (which chain is the critical path, where a worker sits idle).
-    if path := os.environ.get("MMRL_TEST_TIMELINE"):
+    # Only the controller writes: pytest-xdist's workers see each report first, without the worker's name.
+    if (path := os.environ.get("MMRL_TEST_TIMELINE")) and "PYTEST_XDIST_WORKER" not in os.environ:
         with open(path, "a") as out:
             out.write(json.dumps(timeline_row(report)) + "\n")
 
