@@ -1,7 +1,7 @@
-"""The operator's watch caches: every node, and the RayClusters, RayJobs and pods of every job.
+"""The operator's watch caches: every node, and the RayClusters, RayJobs, pods, Deployments and Services of every job.
 
 A reconcile pass reads a job's children here instead of listing them (one GET of the job instead of a GET and
-three LISTs), and a change to any of them wakes its job. Each cache keeps only the fields the decisions read
+five LISTs), and a change to any of them wakes its job. Each cache keeps only the fields the decisions read
 (`slim_*`), so 2,000 nodes or 3,000 pods cost a few MiB, not a copy of every object. A cache can be a moment
 behind the apiserver; `controller.reconcile` therefore confirms any decision that starts or stops an attempt on a
 fresh read before carrying it out.
@@ -10,7 +10,9 @@ fresh read before carrying it out.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from mmrl_api import constants as c
@@ -26,6 +28,8 @@ JobKey = tuple[str, str]
 RAYCLUSTERS = Kind(c.RAY_GROUP, c.RAY_VERSION, "rayclusters")
 RAYJOBS = Kind(c.RAY_GROUP, c.RAY_VERSION, "rayjobs")
 PODS = Kind("", "v1", "pods")
+DEPLOYMENTS = Kind("apps", "v1", "deployments")
+SERVICES = Kind("", "v1", "services")
 NODES = Kind("", "v1", "nodes", namespaced=False)
 
 
@@ -70,6 +74,19 @@ def slim_pod(obj: Obj) -> Obj:
     }
 
 
+def slim_deployment(obj: Obj) -> Obj:
+    """The serving Deployment as `serving.deployment_state` and `serving.out_of_date` read it: metadata (generation,
+    the spec digest), the replica count and the roll-out status, not the pod template."""
+    spec = obj.get("spec") or {}
+    slim_spec = {"replicas": spec["replicas"]} if "replicas" in spec else {}
+    return {"metadata": _meta(obj), "spec": slim_spec, "status": obj.get("status") or {}}
+
+
+def slim_service(obj: Obj) -> Obj:
+    """The serving Service: that it is there, whose it is and what it was built from (metadata)."""
+    return {"metadata": _meta(obj)}
+
+
 def slim_node(obj: Obj) -> Obj:
     """What `health.node_verdict` reads: labels, taints, unschedulable and the Ready condition (not the images,
     addresses, capacity and every other condition a Node carries: ~58 KiB per node otherwise)."""
@@ -94,7 +111,13 @@ def job_of(obj: Obj) -> JobKey | None:
     return (meta.get("namespace") or "", job) if job else None
 
 
-KINDS = {"RayCluster": (RAYCLUSTERS, slim_raycluster), "RayJob": (RAYJOBS, slim_rayjob), "Pod": (PODS, slim_pod)}
+KINDS = {
+    "RayCluster": (RAYCLUSTERS, slim_raycluster),
+    "RayJob": (RAYJOBS, slim_rayjob),
+    "Pod": (PODS, slim_pod),
+    "Deployment": (DEPLOYMENTS, slim_deployment),
+    "Service": (SERVICES, slim_service),
+}
 
 
 class Caches:
@@ -112,11 +135,14 @@ class Caches:
                 label_selector=c.LABEL_JOB,
                 keep=keep,
                 index=job_of,
-                on_change=self._child_changed,
+                on_change=partial(self._child_changed, kind),
             )
             for kind, (k, keep) in KINDS.items()
         }
         self.nodes = Informer(kube.api_client, NODES, keep=slim_node, on_change=self._node_changed)
+        # The generation each child had in the answer to this process's last write of it (see `edited`).
+        self._written: dict[tuple[str, str, str], int] = {}
+        self._written_lock = threading.Lock()
 
     def start(self) -> None:
         """List everything (blocking: the first passes after a start see every node and child), then watch."""
@@ -150,8 +176,21 @@ class Caches:
         clusters = self.children["RayCluster"].items(lambda r: name in avoided_by(r))
         return {job for o in [*pods, *clusters] if (job := job_of(o)) is not None}
 
+    def edited(self, kind: str, obj: dict[str, Any]) -> bool:
+        """Whether someone else changed the child's spec since this process last wrote it: its generation is not the
+        one our write got back. Unknown (not written since this process started) is not an edit: the spec digest
+        alone decides then."""
+        meta = obj["metadata"]
+        with self._written_lock:
+            written = self._written.get((kind, meta.get("namespace") or "", meta["name"]))
+        return written is not None and meta.get("generation") != written
+
     # --- our own writes --------------------------------------------------------------------------------------------
     def wrote(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if "generation" in meta:
+            with self._written_lock:
+                self._written[(obj.get("kind", ""), meta.get("namespace") or "", meta["name"])] = meta["generation"]
         if (informer := self.children.get(obj.get("kind", ""))) is not None:
             informer.wrote(obj)
 
@@ -160,7 +199,10 @@ class Caches:
             informer.deleting(namespace, name)
 
     # --- watch callbacks --------------------------------------------------------------------------------------------
-    def _child_changed(self, old: Obj | None, new: Obj | None) -> None:
+    def _child_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        if new is None and old is not None:  # deleted: a child made again under the name is a new one
+            with self._written_lock:
+                self._written.pop((kind, old["metadata"].get("namespace") or "", old["metadata"]["name"]), None)
         job = job_of(new or old or {"metadata": {}})
         if job is not None:
             self.wake(job)

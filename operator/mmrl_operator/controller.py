@@ -48,6 +48,7 @@ log = logging.getLogger("mmrl.controller")
 TRAINER_OWNED = "progress"  # status.progress is written by the trainer only
 
 NodeLookup = Callable[[str], "dict[str, Any] | None"]
+Edited = Callable[[str, "dict[str, Any]"], bool]  # (kind, child): changed by someone else since we wrote it
 ListOwned = Callable[[str, str, str, str], "list[dict[str, Any]]"]  # (apiVersion, kind, namespace, job)
 
 
@@ -58,6 +59,7 @@ def observe(
     list_owned: ListOwned | None = None,
     serving: ServingObserved | None = None,
     status_problems: list[str] | None = None,
+    edited: Edited | None = None,
 ) -> Observed:
     """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs; the
     serving side is observed too unless `serving` is given."""
@@ -115,7 +117,7 @@ def observe(
         name: nodes[name].uid if name in nodes else dig(lookup(name), "metadata", "uid") for name in avoided_nodes(job)
     }
     if serving is None:
-        serving = observe_serving(kube, job, inference_pods, owned) if trained(job) else ServingObserved()
+        serving = observe_serving(kube, job, inference_pods, owned, edited) if trained(job) else ServingObserved()
     return Observed(
         raycluster=clusters[0] if clusters else None,
         rayjobs=rayjobs,
@@ -133,7 +135,11 @@ def trained(job: MultimodalRLJob) -> bool:
 
 
 def observe_serving(
-    kube: Kube, job: MultimodalRLJob, pods: list[dict[str, Any]], list_owned: ListOwned | None = None
+    kube: Kube,
+    job: MultimodalRLJob,
+    pods: list[dict[str, Any]],
+    list_owned: ListOwned | None = None,
+    edited: Edited | None = None,
 ) -> ServingObserved:
     """The inference Deployment and Service, their pods' problems, and — only when the Deployment is Available —
     the adapter listing from /v1/models through the Service (the apiserver's service proxy). With the operator's
@@ -163,6 +169,7 @@ def observe_serving(
         probe_error=error,
         pod_problem=problem,
         check_failure=check_failure,
+        deployment_edited=bool(dep is not None and edited is not None and edited("Deployment", dep)),
     )
 
 
@@ -291,14 +298,15 @@ def reconcile(
         return None
     generation = raw["metadata"].get("generation", 0)
     lookup = node_lookup or (caches.node if caches else None)
-    observed = observe(kube, job, lookup, caches.owned if caches else None, status_problems=problems)
+    edited = caches.edited if caches else None
+    observed = observe(kube, job, lookup, caches.owned if caches else None, status_problems=problems, edited=edited)
     plan = decide(job, generation, observed, now)
     if caches is not None and starts_or_stops(plan, raw.get("status") or {}):
         # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far:
         # its pods and their nodes alike (a pod list fresher than the node cache could show a pod gone with its
         # node while the cache still calls that node healthy).
         metrics.FRESH_READS.inc()
-        observed = observe(kube, job, node_lookup, status_problems=problems)
+        observed = observe(kube, job, node_lookup, status_problems=problems, edited=edited)
         plan = decide(job, generation, observed, now)
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.

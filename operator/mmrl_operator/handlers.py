@@ -3,9 +3,9 @@
 Only `on.event` handlers are used: they add no finalizers and write no annotations on anyone's objects (kopf's
 timers and daemons would add a finalizer to every job, which an operator that is down turns into a blocked
 delete). Time-based work (backoff, hang detection, ttl) is a delayed requeue; a periodic resync covers anything
-missed. kopf watches the jobs and the inference Deployments; nodes and the jobs' RayClusters, RayJobs and pods —
-the high-volume kinds — come through the operator's own informers (`caches.Caches`), which keep slim copies the
-passes read instead of listing, and wake the affected jobs.
+missed. kopf watches the jobs; nodes and the jobs' children (RayClusters, RayJobs, pods, the inference Deployment
+and Service) come through the operator's own informers (`caches.Caches`), which keep slim copies the passes read
+instead of listing, and wake the affected jobs.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ log = logging.getLogger("mmrl.handlers")
 # The custom resources the handlers below watch. kopf runs without observing CRDs (see _startup), so run.py waits
 # until the apiserver serves these before kopf starts.
 JOB_RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
-KOPF_CHILD_RESOURCES = (("apps", "v1", "deployments"),)  # the inference Deployment: roll-outs and availability
-CHILD_RESOURCES = (  # every child kind watched, by kopf or by caches.Caches
+CHILD_RESOURCES = (  # the child kinds caches.Caches watches that an apiserver may not serve (yet)
     (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
     (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
-    *KOPF_CHILD_RESOURCES,
 )
 
 
@@ -166,12 +164,3 @@ def _job_event(type: str | None, name: str, namespace: str, body: kopf.Body, **_
         return
     RUNTIME.fingerprints[key] = fingerprint
     RUNTIME.queue.add(key)
-
-
-def _child_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
-    assert RUNTIME is not None
-    RUNTIME.queue.add((namespace, labels[c.LABEL_JOB]))
-
-
-for _group, _version, _plural in KOPF_CHILD_RESOURCES:
-    kopf.on.event(_group, _version, _plural, labels={c.LABEL_JOB: kopf.PRESENT}, id=f"child-{_plural}")(_child_event)

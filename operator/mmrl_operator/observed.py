@@ -52,6 +52,8 @@ class ServingObserved:
     """(reason, message) of an inference pod that cannot start (scheduling, image pull, crash loop)."""
     check_failure: str | None = None
     """The init container's error lines when it refused the adapter (exit 3)."""
+    deployment_edited: bool = False
+    """The Deployment's spec changed since this process last wrote it (its generation moved): written again."""
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ PERMISSIONS: tuple[Rule, ...] = (
         RBAC, "rolebindings", ("get", *APPLY), "watched", "binds the trainer's Role (its rules are held above, no bind)"
     ),
     Rule(APPS, "deployments", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Deployment"),
-    Rule(CORE, "services", ("get", "list", *APPLY, "delete"), "watched", "serving: the vLLM Service"),
+    Rule(CORE, "services", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Service"),
     Rule(CORE, "services/proxy", ("get",), "watched", "serving: ask vLLM's /v1/models through the apiserver"),
     # --- the operator's own namespace -------------------------------------------------------------------------
     Rule(COORDINATION, "leases", ("create",), "own", "leader election: create the Lease (cannot be name-limited)"),

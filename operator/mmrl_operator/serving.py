@@ -15,6 +15,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob, adapter_rules
 from mmrl_api.status import AdapterStatus, JobStatus
 from mmrl_operator.builders import inference as build
+from mmrl_operator.builders.common import SPEC_HASH_ANNOTATION
 from mmrl_operator.names import inference_name
 from mmrl_operator.observed import ServingObserved
 from mmrl_operator.promotion import gate_verdict
@@ -81,6 +82,19 @@ def deployment_state(dep: dict[str, Any] | None, replicas: int) -> tuple[bool, s
     return True, ""
 
 
+def out_of_date(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    """Whether a child must be written: it is missing, was built from another spec (its digest differs), or its
+    replicas were changed by hand (set back, as every pass used to by applying it). Other edits by hand show as a
+    Deployment's moved generation (`ServingObserved.deployment_edited`)."""
+    if current is None:
+        return True
+    if dig(current, "metadata", "annotations", SPEC_HASH_ANNOTATION) != desired["metadata"]["annotations"].get(
+        SPEC_HASH_ANNOTATION
+    ):
+        return True
+    return "replicas" in desired["spec"] and dig(current, "spec", "replicas") != desired["spec"]["replicas"]
+
+
 def adapter_listed(models: Any, name: str, base: str) -> bool:
     """Whether vLLM's /v1/models `data` lists the adapter under the base model; any other shape is "not listed"."""
     if not isinstance(models, list):
@@ -121,9 +135,10 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
         d.ready = (False, "InvalidAdapter", msg)
         return d
     name, base = build.adapter_name(job), build.served_base_name(job.spec.model.name)
-    d = ServingDecision(
-        "Serving", "", "Serving", apply=[build.build_deployment(job, adapter), build.build_service(job)]
-    )
+    deployment, service = build.build_deployment(job, adapter), build.build_service(job)
+    apply = [deployment] if obs.deployment_edited or out_of_date(obs.deployment, deployment) else []
+    apply += [service] if out_of_date(obs.service, service) else []
+    d = ServingDecision("Serving", "", "Serving", apply=apply)
     d.promoted = verdict
     if obs.deployment is None:
         d.events.append(

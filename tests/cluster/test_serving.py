@@ -47,6 +47,22 @@ def deployment(api_client, ns: str) -> client.V1Deployment | None:
         raise
 
 
+def passes(operator, ns: str) -> list[str]:
+    """The operator's log lines of its passes on geo while it serves."""
+    text = operator.log_path.read_text(errors="replace")
+    return [line for line in text.splitlines() if f"reconciled job={ns}/geo phase=Serving " in line]
+
+
+def steady_passes_write_nothing(operator, ns: str) -> None:
+    """Two more passes on the serving job (its 10 s wait for the adapter to be listed) that read the job and nothing
+    else: the Deployment and Service come from the watch caches and are not applied again (they were applied on
+    every pass, 5 requests, before they were cached and compared by their spec digest)."""
+    before = len(passes(operator, ns))
+    later = wait_until(lambda: (seen := passes(operator, ns))[before + 1 :] and seen[before:], 40, what="2 passes")
+    for line in later:
+        assert "applied=0 deleted=0 calls=1" in line, line
+
+
 def inference_condition(jobs) -> dict:
     return next(x for x in jobs.status("geo").get("conditions") or [] if x["type"] == "InferenceReady")
 
@@ -99,6 +115,19 @@ def test_a_trained_job_serves_through_its_deployment_and_service(jobs, operator,
     wait_until(lambda: not jobs.ray_names("rayclusters"), 30, what="RayCluster deleted after ttl")
     assert deployment(api, jobs.ns) is not None and jobs.status("geo")["phase"] == "Serving"
     assert "InferenceCreated" in jobs.events("geo")
+    ray_pods = f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}!=inference"
+    wait_until(lambda: not core.list_namespaced_pod(jobs.ns, label_selector=ray_pods).items, 60, what="Ray pods gone")
+    steady_passes_write_nothing(operator, jobs.ns)
+    # Scaled by hand: the Deployment's watch event wakes the job, and the pass sets the replicas back.
+    client.AppsV1Api(api).patch_namespaced_deployment_scale("geo-inference", jobs.ns, {"spec": {"replicas": 3}})
+    wait_until(lambda: deployment(api, jobs.ns).spec.replicas == 1, 30, what="the replicas set back to 1")
+    # Any other field the operator set, changed by hand: its generation moves, and the pass writes it back.
+    image = dep.spec.template.spec.containers[0].image
+    hand_edit = {"spec": {"template": {"spec": {"containers": [{"name": server.name, "image": "elsewhere:1"}]}}}}
+    client.AppsV1Api(api).patch_namespaced_deployment("geo-inference", jobs.ns, hand_edit)
+    wait_until(
+        lambda: deployment(api, jobs.ns).spec.template.spec.containers[0].image == image, 30, what="the image set back"
+    )
 
     jobs.delete("geo")  # the garbage collector follows the ownerReferences
     wait_until(lambda: deployment(api, jobs.ns) is None, 60, what="Deployment garbage-collected")

@@ -27,7 +27,7 @@ from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
 from mmrl_api.context_budget import spec_max_model_len
 from mmrl_api.image_budget import image_budget
-from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.common import child_metadata, stamped
 from mmrl_operator.builders.raycluster import affinity
 from mmrl_operator.builders.volumes import build_mounts, local_path
 from mmrl_operator.names import inference_name, job_dir, service_account_name
@@ -252,7 +252,7 @@ def selector(job: MultimodalRLJob) -> dict[str, str]:
 def build_deployment(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
     name = inference_name(job.name)
     annotations = {**PROMETHEUS, ADAPTER_SHA_ANNOTATION: adapter.sha256} if adapter.sha256 else dict(PROMETHEUS)
-    return {
+    deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": child_metadata(job, name, COMPONENT),
@@ -269,12 +269,13 @@ def build_deployment(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
             },
         },
     }
+    return stamped(deployment)
 
 
 def build_service(job: MultimodalRLJob) -> dict[str, Any]:
     metadata = child_metadata(job, inference_name(job.name), COMPONENT)
     metadata["annotations"] = dict(PROMETHEUS)
-    return {
+    service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata,
@@ -284,6 +285,7 @@ def build_service(job: MultimodalRLJob) -> dict[str, Any]:
             "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }
+    return stamped(service)
 
 
 def service_url(job: MultimodalRLJob) -> str:

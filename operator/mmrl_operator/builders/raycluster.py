@@ -10,22 +10,19 @@ HyperPod's node-health-status taint (see `tolerations`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from mmrl_api import MultimodalRLJob, WorkerGroup
 from mmrl_api import constants as c
 from mmrl_api.contract import ATTEMPT_LOG_CONTAINER, ATTEMPT_LOG_DIR, attempt_log_argv
 from mmrl_api.tracking import secret_env
-from mmrl_operator.builders.common import child_metadata
+from mmrl_operator.builders.common import SPEC_HASH_ANNOTATION, child_metadata, spec_hash
 from mmrl_operator.builders.efa import efa_env
 from mmrl_operator.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.names import job_dir, kueue_labels, raycluster_name, service_account_name
 from mmrl_operator.observed import AVOIDED_NODES_ANNOTATION
 
-SPEC_HASH_ANNOTATION = "mmrl.dev/spec-hash"
 SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PENDING_REBOOT]
@@ -245,7 +242,3 @@ def _prefer_other_nodes(pod: dict[str, Any], nodes: list[str]) -> None:
     node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
         {"weight": 100, "preference": away}
     )
-
-
-def spec_hash(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

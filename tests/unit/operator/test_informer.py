@@ -7,10 +7,21 @@ from __future__ import annotations
 import pytest
 
 from mmrl_api import constants as c
+from mmrl_operator.builders.inference import build_deployment, build_service, default_adapter
 from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.caches import PODS, job_of, slim_node, slim_pod, slim_raycluster, slim_rayjob
+from mmrl_operator.caches import (
+    PODS,
+    job_of,
+    slim_deployment,
+    slim_node,
+    slim_pod,
+    slim_raycluster,
+    slim_rayjob,
+    slim_service,
+)
 from mmrl_operator.health import health_signature, node_verdict
 from mmrl_operator.informer import Informer, Kind
+from mmrl_operator.names import job_uid
 from mmrl_operator.observed import (
     adapter_check_failure,
     desired_workers,
@@ -20,7 +31,9 @@ from mmrl_operator.observed import (
     raycluster_ready,
     rayjob_outcome,
 )
+from mmrl_operator.ownership import controlled_by
 from mmrl_operator.rbac import Undeclared
+from mmrl_operator.serving import deployment_state, out_of_date
 from tests.support.factories import job, node, rayjob
 
 
@@ -92,6 +105,27 @@ def test_a_slim_raycluster_gives_the_decisions_the_same_answers(ready: int, susp
         assert reader(slim) == reader(full), reader.__name__
     assert slim["metadata"]["annotations"] == full["metadata"]["annotations"]  # the spec hash
     assert len(str(slim)) < len(str(full)) / 3  # the pod templates are most of it
+
+
+@pytest.mark.parametrize("available", [False, True])
+def test_a_slim_deployment_and_service_give_the_serving_decision_the_same_answers(available: bool) -> None:
+    j = job(status={"phase": "Serving"})
+    dep, svc = build_deployment(j, default_adapter(j)), build_service(j)
+    dep["metadata"] |= {"uid": "d-1", "generation": 2, "managedFields": [{}]}
+    dep["status"] = {
+        "observedGeneration": 2,
+        "replicas": 1,
+        "updatedReplicas": 1,
+        "availableReplicas": int(available),
+        "conditions": [{"type": "Available", "status": str(available)}],
+    }
+    for full, slim in ((dep, slim_deployment(dep)), (svc, slim_service(svc))):
+        assert not out_of_date(slim, full)  # the digest and the replicas are kept
+        assert job_of(slim) == job_of(full) == ("team", "geo")
+        assert controlled_by(slim, job_uid(j))
+    assert deployment_state(slim_deployment(dep), 1) == deployment_state(dep, 1)
+    assert slim_deployment(dep)["metadata"]["uid"] == "d-1"
+    assert len(str(slim_deployment(dep))) < len(str(dep)) / 3  # the pod template is most of it
 
 
 def test_a_slim_rayjob_pod_and_node_give_the_same_answers() -> None:

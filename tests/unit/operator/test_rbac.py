@@ -56,9 +56,10 @@ def test_every_resource_the_operator_watches_is_declared_for_list_and_watch() ->
     # kopf has no public accessor for its registered watchers; the registry's own attribute is read here.
     selectors = [h.selector for h in kopf.get_default_registry()._watching.get_all_handlers()]
     watched = {(s.group, s.any_name) for s in selectors}
-    assert {(c.GROUP, c.PLURAL), ("apps", "deployments")} <= watched
+    assert (c.GROUP, c.PLURAL) in watched
     informed = {(k.group, k.plural) for k in (caches.NODES, *(kind for kind, _ in caches.KINDS.values()))}
-    assert {("", "nodes"), ("", "pods"), (c.RAY_GROUP, "rayjobs"), (c.RAY_GROUP, "rayclusters")} <= informed
+    children = {("", "pods"), (c.RAY_GROUP, "rayjobs"), (c.RAY_GROUP, "rayclusters"), ("apps", "deployments")}
+    assert {("", "nodes"), ("", "services"), *children} <= informed
     for group, resource in watched | informed:
         rbac.require(group, resource, "list", "watch")
 

@@ -9,10 +9,11 @@ import pytest
 
 from mmrl_api import JobStatus
 from mmrl_api import constants as c
+from mmrl_operator.builders.common import stamped
 from mmrl_operator.builders.inference import Adapter, build_deployment, build_service, default_adapter
 from mmrl_operator.observed import Observed, ServingObserved
 from mmrl_operator.reconcile import decide
-from mmrl_operator.serving import decide_serving
+from mmrl_operator.serving import adapter_of, decide_serving, out_of_date
 from tests.support.factories import T0, job
 
 ADAPTER = {
@@ -195,6 +196,39 @@ def test_a_changed_inference_spec_is_applied_to_the_deployment() -> None:
     after = decide(bigger, 2, Observed(), T0).apply[0]
     assert after["spec"]["replicas"] == 3 and before["spec"]["replicas"] == 1
     assert after["spec"]["template"] != before["spec"]["template"]  # a new template rolls the pods
+
+
+def test_a_steady_serving_pass_writes_nothing_and_a_changed_child_is_written_again() -> None:
+    j = trained(phase="Serving")
+    dep, svc = build_deployment(j, adapter_of(j, j.status)[0]), build_service(j)
+    steady = decide(j, 1, Observed(serving=ServingObserved(deployment=dep, service=svc, models=listed())), T0)
+    assert steady.status["phase"] == "Serving" and steady.apply == []
+    # Scaled by hand: set back, as a full apply would.
+    scaled = {**dep, "spec": {**dep["spec"], "replicas": 4}}
+    again = decide(j, 1, Observed(serving=ServingObserved(deployment=scaled, service=svc, models=listed())), T0)
+    assert [o["kind"] for o in again.apply] == ["Deployment"] and again.apply[0]["spec"]["replicas"] == 1
+    # Edited by hand elsewhere in its spec (its generation moved since the operator wrote it): written again.
+    edited = ServingObserved(deployment=dep, service=svc, models=listed(), deployment_edited=True)
+    assert [o["kind"] for o in decide(j, 1, Observed(serving=edited), T0).apply] == ["Deployment"]
+    # A new spec: a new digest on the Deployment (the Service is unchanged and not written).
+    bigger = trained({"spec": {"inference": {"maxModelLen": 4096}}}, phase="Serving")
+    changed = decide(bigger, 2, Observed(serving=ServingObserved(deployment=dep, service=svc, models=listed())), T0)
+    assert [o["kind"] for o in changed.apply] == ["Deployment"]
+
+
+def test_the_digest_covers_what_the_operator_sets_and_nothing_the_cluster_adds() -> None:
+    j = trained(phase="Serving")
+    dep = build_deployment(j, default_adapter(j))
+    assert not out_of_date(dep, build_deployment(j, default_adapter(j)))  # built twice: the same digest
+    stored = json.loads(json.dumps(dep))
+    stored["metadata"] |= {"uid": "u-1", "resourceVersion": "7", "generation": 3}
+    stored["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "2"
+    stored["status"] = {"replicas": 1}
+    assert not out_of_date(stored, dep)
+    relabelled = build_deployment(j, default_adapter(j))
+    relabelled["metadata"]["labels"]["extra"] = "x"
+    assert out_of_date(dep, stamped(relabelled))
+    assert out_of_date(None, dep)
 
 
 def test_status_inference_round_trips_through_the_model() -> None:
