@@ -1,11 +1,12 @@
 """One reconcile of one job: read the job and its children, decide, act, write status.
 
 This is the only place that connects the pure decision (`reconcile.decide`) to the API (`kube.Kube`). The job
-is read fresh from the apiserver on every pass (never from a watch cache), so a pass never decides on a status
-older than the previous pass's write. Its children come from the watch caches when the operator has them
-(`caches.Caches`): a cache may be a moment behind, which only delays a decision, except for the ones that start
-or stop an attempt: those are decided once more on a fresh LIST before they are carried out. `progress` is owned
-by the trainer and never written here.
+comes from the operator's job store (`jobstore.JobStore`: watch events and our own writes, never older than the
+previous pass's write), or from the apiserver when the store has none. Its children come from the watch caches
+when the operator has them (`caches.Caches`). A store or cache may be a moment behind, which only delays a
+decision, except for the ones that start or stop an attempt: those are decided once more on a fresh GET of the job
+and fresh LISTs of its children before they are carried out. `progress` is owned by the trainer and never written
+here.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mmrl_operator.builders import inference
 from mmrl_operator.builders.raycluster import SPEC_HASH_LABEL, avoided_nodes
 from mmrl_operator.caches import Caches
 from mmrl_operator.health import node_verdict
+from mmrl_operator.jobstore import JobStore
 from mmrl_operator.kube import ApplyRejected, JobGone, Kube
 from mmrl_operator.names import attempt_of, inference_name, job_uid, raycluster_name
 from mmrl_operator.observed import (
@@ -274,6 +276,25 @@ def settled(stored: dict[str, Any], generation: int, observed: Observed, now: da
     return not (again.apply or again.delete or again.events or _status_patch(stored.get("status") or {}, again.status))
 
 
+def _read_job(
+    kube: Kube, namespace: str, name: str, now: datetime, raw: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], MultimodalRLJob, list[str]] | None:
+    """The job (`raw`, else read from the apiserver) parsed, or None when it is gone, being deleted, or has a spec
+    that does not validate (which is reported on it, from a fresh read: a stored copy may predate the fix)."""
+    fresh = raw is None
+    raw = raw if raw is not None else kube.get_job(namespace, name)
+    if raw is None or raw["metadata"].get("deletionTimestamp"):
+        return None  # garbage collection removes the children through their ownerReferences
+    try:
+        job, problems = parse_read_back(raw)
+    except ValueError as exc:
+        if not fresh:
+            return _read_job(kube, namespace, name, now)
+        _invalid(kube, raw, f"invalid spec: {exc}", now)
+        return None
+    return raw, job, problems
+
+
 def reconcile(
     kube: Kube,
     namespace: str,
@@ -282,20 +303,19 @@ def reconcile(
     now: datetime | None = None,
     caches: Caches | None = None,
     written: Callable[[dict[str, Any]], None] | None = None,
+    jobs: JobStore | None = None,
 ) -> Plan | None:
     """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone).
-    `written` receives the job as the apiserver stored it after this pass's status write."""
+    `written` receives the job as the apiserver stored it after this pass's status write. With `jobs` the job is
+    read from that store (no request) unless the pass starts or stops an attempt; our write goes into it."""
     started = time.perf_counter()
     calls_before = kube.thread_calls()
     now = now or datetime.now(UTC).replace(microsecond=0)
-    raw = kube.get_job(namespace, name)
-    if raw is None or raw["metadata"].get("deletionTimestamp"):
-        return None  # garbage collection removes the children through their ownerReferences
-    try:
-        job, problems = parse_read_back(raw)
-    except ValueError as exc:
-        _invalid(kube, raw, f"invalid spec: {exc}", now)
+    cached = jobs.get(namespace, name) if jobs is not None else None
+    read = _read_job(kube, namespace, name, now, cached)
+    if read is None:
         return None
+    raw, job, problems = read
     generation = raw["metadata"].get("generation", 0)
     lookup = node_lookup or (caches.node if caches else None)
     edited = caches.edited if caches else None
@@ -306,6 +326,11 @@ def reconcile(
         # its pods and their nodes alike (a pod list fresher than the node cache could show a pod gone with its
         # node while the cache still calls that node healthy).
         metrics.FRESH_READS.inc()
+        if cached is not None:  # the job too, not only its children
+            if (read := _read_job(kube, namespace, name, now)) is None:
+                return None
+            raw, job, problems = read
+            generation = raw["metadata"].get("generation", 0)
         observed = observe(kube, job, node_lookup, status_problems=problems, edited=edited)
         plan = decide(job, generation, observed, now)
     # An object under a child's name that the job does not control is never written (apply with force would take
@@ -344,6 +369,8 @@ def reconcile(
         except JobGone:
             log.info("job %s/%s was deleted during the pass; its children go with it", namespace, name)
             return None
+        if jobs is not None:
+            jobs.seen(stored)
         if written is not None and caches is not None:
             # Would the pass that our own write's watch event asks for do anything? Decide it now on the caches,
             # which already hold this pass's applies; if not, that event needs no pass.

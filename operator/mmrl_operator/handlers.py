@@ -24,6 +24,7 @@ from mmrl_api import constants as c
 from mmrl_operator import metrics
 from mmrl_operator.caches import Caches
 from mmrl_operator.controller import TRAINER_OWNED, ask_models, reconcile
+from mmrl_operator.jobstore import JobStore
 from mmrl_operator.kube import Kube, StatusConflict
 from mmrl_operator.leader import LeaderElector
 from mmrl_operator.prober import Prober
@@ -53,6 +54,7 @@ class Runtime:
     probe_workers: int = 4
     caches: Caches = field(init=False)
     prober: Prober = field(init=False)
+    jobs: JobStore = field(default_factory=JobStore)
 
     def __post_init__(self) -> None:
         self.caches = Caches(self.kube, self.namespaces, wake=self.queue.add)
@@ -73,11 +75,15 @@ def install(runtime: Runtime) -> None:
 def reconcile_key(key: Key) -> float | None:
     assert RUNTIME is not None
     try:
-        plan = reconcile(RUNTIME.kube, key[0], key[1], caches=RUNTIME.caches, written=_own_write(key))
+        plan = reconcile(
+            RUNTIME.kube, key[0], key[1], caches=RUNTIME.caches, written=_own_write(key), jobs=RUNTIME.jobs
+        )
     except StatusConflict:
         metrics.STATUS_CONFLICTS.inc()
+        RUNTIME.jobs.invalidate(key)
         return 0.0  # decided on a stale read: decide again now, from a fresh GET
     if plan is None:
+        RUNTIME.jobs.forget(key)
         RUNTIME.phases.pop(key, None)
         RUNTIME.prober.forget(key)
         return None
@@ -153,11 +159,13 @@ def _job_event(type: str | None, name: str, namespace: str, body: kopf.Body, **_
     assert RUNTIME is not None
     key = (namespace, name)
     if type == "DELETED":
+        RUNTIME.jobs.forget(key)
         RUNTIME.phases.pop(key, None)
         RUNTIME.fingerprints.pop(key, None)
         RUNTIME.prober.forget(key)
         return
     RUNTIME.phases.setdefault(key, "Pending")
+    RUNTIME.jobs.seen(body)  # the trainer's heartbeats too: a hang deadline's pass reads the newest
     fingerprint = job_fingerprint(body)
     if RUNTIME.fingerprints.get(key) == fingerprint:
         metrics.PROGRESS_ONLY_EVENTS.inc()
