@@ -174,11 +174,12 @@ BENCH_MEMORY ?= --jobs 1000 --nodes 500
 BENCH_CHAOS_JOBS ?= 50
 BENCH_VALIDATION_SPECS ?= 5000
 
-bench: setup bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, memory, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
+bench: setup bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, memory and restarts, failover, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS)
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --profile
 	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS)
 	$(VPY) bench/memory.py $(BENCH_MEMORY)
+	$(VPY) bench/failover.py
 	$(VPY) bench/chaos.py --jobs $(BENCH_CHAOS_JOBS)
 	$(VPY) bench/trainer_step.py
 	$(VPY) bench/tracking.py

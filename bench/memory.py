@@ -11,9 +11,11 @@ The operator runs as its Deployment would, with the production resync period (30
 peak, from /proc) after start with the nodes, and in steady state; over a steady-state window, its API requests
 (from the apiserver's audit log, told apart by user agent: the python client's and kopf's) divided by its
 reconciles (its own Prometheus counter), by verb and resource; and how many reconciles per second it managed
-against how many the resync asks.
+against how many the resync asks. At the end, the operator is SIGKILLed and started again `--restarts` times
+(issue #32: restart -> first reconcile pass of an existing job): each restart is timed from the start to its
+metrics port, to its first pass and to a pass of every job.
 
-    python bench/memory.py [--jobs 1000] [--running 50] [--nodes 500] [--window 60]
+    python bench/memory.py [--jobs 1000] [--running 50] [--nodes 500] [--window 60] [--restarts 5]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tests.support.operator import Jobs
 
 NS = "mem"
 SUSPENDED = {"spec": {"suspend": True}}
+PASSES = "mmrl_reconcile_duration_seconds_count"
 RESYNC_SECONDS = float(common.OPERATOR_ENV["MMRL_RESYNC_SECONDS"])
 OPERATOR_AGENTS = ("OpenAPI-Generator/", "kopf/")  # the kubernetes client inside the operator, and kopf's watches
 
@@ -69,12 +72,29 @@ def audit_counts(path: Path, since: float, until: float) -> collections.Counter:
     return counts
 
 
+def restart(op: OperatorProcess, jobs: int) -> dict[str, float]:
+    """SIGKILL the operator and start it again (a new process: imports, caches' LISTs, kopf), timing from the start
+    to its metrics port, to its first reconcile pass of an existing job, and to a pass of every job."""
+    op.kill()
+    began = time.monotonic()
+    op.start()
+    common.wait_for(lambda: common.metrics_up(op), 60, "operator metrics", interval=0.02)
+    up = time.monotonic() - began
+    common.wait_for(lambda: op.metric(PASSES) >= 1, 120, "the first pass", interval=0.02)
+    first = time.monotonic() - began
+    common.wait_for(lambda: op.metric(PASSES) >= jobs, 600, "a pass of every job", interval=0.2)
+    sample = {"metrics_port": up, "first_pass": first, "every_job": time.monotonic() - began}
+    print(f"restart: { ({k: round(v, 2) for k, v in sample.items()}) }", flush=True)
+    return sample
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--running", type=int, default=50, help="jobs that train; the rest are suspended")
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--window", type=float, default=60.0, help="steady-state seconds to count API calls over")
+    parser.add_argument("--restarts", type=int, default=5, help="SIGKILL and start the operator this often at the end")
     parser.add_argument("--out", type=Path, default=common.RESULTS)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mmrl-bench-memory-"))
@@ -106,6 +126,7 @@ def main() -> int:
             r1, s1 = op.metric("mmrl_reconcile_duration_seconds_count"), time.time()
             rss, peak = common.rss_mib(pid)
             at_end = dict(phases(api))
+            restarts = [restart(op, args.jobs) for _ in range(args.restarts)]
     counts = audit_counts(audit, s0, s1)
     reconciles = int(r1 - r0)
     requests = sum(n for key, n in counts.items() if not key.startswith("watch "))
@@ -126,6 +147,9 @@ def main() -> int:
             "seconds": round(time.monotonic() - began, 1),
         }
     )
+    for key in ("metrics_port", "first_pass", "every_job"):
+        result[f"restart_to_{key}"] = common.summary([r[key] for r in restarts])
+        print(f"SIGKILL + start -> {key.replace('_', ' ')}: {common.fmt(result[f'restart_to_{key}'])}")
     print(f"operator RSS: {result['rss_mib_with_nodes_only']} MiB with {args.nodes} nodes; {rss} MiB with "
           f"{args.jobs} jobs (peak {peak} MiB)")  # fmt: skip
     per = result["api_requests_per_reconcile"]
