@@ -126,11 +126,23 @@ def is_ready(node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
 
+# Taints the controller-manager's node lifecycle controller keeps on a node until it has seen the node Ready: a node
+# can report Ready a few seconds (a node-monitor period, more on a loaded machine) before the scheduler may use it.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def schedulable_ready(node) -> bool:
+    """Ready, and without the lifecycle controller's not-ready/unreachable taints."""
+    return is_ready(node) and not any(t.key in LIFECYCLE_TAINTS for t in (node.spec.taints or []))
+
+
 def wait_ready(api: client.CoreV1Api, name: str, *, ready: bool = True, timeout: float = 30.0) -> None:
+    """Until the node is Ready and the scheduler may place pods on it (or, `ready=False`, until it is NotReady)."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(ApiException):
-            if is_ready(api.read_node(name)) == ready:
+            node = api.read_node(name)
+            if schedulable_ready(node) if ready else not is_ready(node):
                 return
         if time.monotonic() > deadline:
             raise TimeoutError(f"node {name} did not become {'Ready' if ready else 'NotReady'} in {timeout}s")
