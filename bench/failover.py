@@ -43,6 +43,11 @@ def replica(cp, work: Path, identity: str) -> OperatorProcess:
     )
 
 
+def standing_by(op: OperatorProcess) -> float:
+    """The keys a standby keeps for when it leads; 0 until its metrics port answers (it is still starting)."""
+    return op.metric("mmrl_queue_standing_by") if common.metrics_up(op) else 0.0
+
+
 def one_round(api: client.ApiClient, replicas: dict[str, OperatorProcess], how: str, jobs: int) -> dict[str, float]:
     leader_id = common.wait_for(lambda: holder(api), 60, "a lease holder")
     leader = replicas[leader_id]
@@ -59,7 +64,7 @@ def one_round(api: client.ApiClient, replicas: dict[str, OperatorProcess], how: 
     every = time.monotonic() - began
     common.wait_for(lambda: not leader.alive, 60, "the old leader to exit", interval=0.05)
     leader.start()
-    common.wait_for(lambda: leader.metric("mmrl_queue_standing_by") >= jobs, 120, "the new standby to keep every job")
+    common.wait_for(lambda: standing_by(leader) >= jobs, 120, "the new standby to keep every job")
     return {"first_pass": first, "every_job": every}
 
 
@@ -84,9 +89,7 @@ def main() -> int:
                 lambda: all(jobs.status(n).get("phase") == "Running" for n in names), 600, "every job Running", 1
             )
             replicas["replica-b"].start()
-            common.wait_for(
-                lambda: replicas["replica-b"].metric("mmrl_queue_standing_by") >= args.jobs, 120, "the standby's keys"
-            )
+            common.wait_for(lambda: standing_by(replicas["replica-b"]) >= args.jobs, 120, "the standby's keys")
             try:
                 for n in range(args.rounds):
                     how = ("sigkill", "sigterm")[n % 2]
