@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -51,10 +52,33 @@ CLIENTS = {
 }
 
 
+_LISTEN_PORTS_FROM = 10000  # below: well-known and registered ports people run things on
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's range for outgoing connections' local ports."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now, for a server this process starts next. Not from the kernel's ephemeral range
+    (`bind(0)` picks one there): a port released there can be taken at once as the local port of any outgoing
+    connection, and the server's bind then fails with EADDRINUSE (seen: an operator's metrics port, under a full
+    parallel test run). A random pick below that range collides only with another picker's same pick, which the
+    trial bind catches when that one already listens."""
+    top = _ephemeral_start()
+    for _ in range(100):
+        port = random.randrange(_LISTEN_PORTS_FROM, top)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_LISTEN_PORTS_FROM}-{top - 1} after 100 tries")
 
 
 def stage_documents() -> str:
