@@ -127,7 +127,8 @@ def is_ready(node) -> bool:
 
 
 # Taints the controller-manager's node lifecycle controller keeps on a node until it has seen the node Ready: a node
-# can report Ready a few seconds (a node-monitor period, more on a loaded machine) before the scheduler may use it.
+# can report Ready seconds before the scheduler may use it (on a loaded machine once more than 30 s, so only the
+# tests whose claim depends on where pods land wait for it).
 LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
@@ -137,12 +138,12 @@ def schedulable_ready(node) -> bool:
 
 
 def wait_ready(api: client.CoreV1Api, name: str, *, ready: bool = True, timeout: float = 30.0) -> None:
-    """Until the node is Ready and the scheduler may place pods on it (or, `ready=False`, until it is NotReady)."""
+    """Until the node reports Ready (or, `ready=False`, NotReady). The scheduler may still refuse it for a while:
+    see `schedulable_ready`."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(ApiException):
-            node = api.read_node(name)
-            if schedulable_ready(node) if ready else not is_ready(node):
+            if is_ready(api.read_node(name)) == ready:
                 return
         if time.monotonic() > deadline:
             raise TimeoutError(f"node {name} did not become {'Ready' if ready else 'NotReady'} in {timeout}s")
