@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -145,9 +146,11 @@ class Caches:
         self._written_lock = threading.Lock()
 
     def start(self) -> None:
-        """List everything (blocking: the first passes after a start see every node and child), then watch."""
-        for informer in (self.nodes, *self.children.values()):
-            informer.run()
+        """List everything (blocking: the first passes after a start see every node and child), then watch. The
+        six LISTs run at once: a restart's first pass waits for the slowest, not for their sum (issue #32)."""
+        informers = (self.nodes, *self.children.values())
+        with ThreadPoolExecutor(len(informers), thread_name_prefix="mmrl-list") as pool:
+            list(pool.map(Informer.run, informers))  # re-raises the first LIST that failed
 
     def stop(self) -> None:
         for informer in (self.nodes, *self.children.values()):

@@ -24,7 +24,14 @@ def timeline_row(report: pytest.TestReport) -> dict:
     """One phase of one test as a line of the timeline: which worker ran it, from when to when (epoch seconds)."""
     node = getattr(report, "node", None)  # pytest-xdist's controller sets it to the worker that sent the report
     worker = node.gateway.id if node is not None else "main"
-    return {"test": report.nodeid, "when": report.when, "worker": worker, "start": report.start, "stop": report.stop}
+    return {
+        "test": report.nodeid,
+        "when": report.when,
+        "worker": worker,
+        "outcome": report.outcome,
+        "start": report.start,
+        "stop": report.stop,
+    }
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

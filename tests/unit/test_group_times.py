@@ -38,6 +38,7 @@ def test_a_timeline_row_names_the_worker_and_the_phase_times() -> None:
         "test": "tests/cluster/test_x.py::test_y",
         "when": "call",
         "worker": "main",
+        "outcome": "passed",
         "start": 100.0,
         "stop": 102.5,
     }
