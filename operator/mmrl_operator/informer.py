@@ -53,6 +53,13 @@ def _rv(obj: Obj | None) -> int | None:
         return None
 
 
+def older(obj: Obj, held: Obj | None) -> bool:
+    """Whether `obj` is an older version than `held` (a stale delivery after our own newer write): then it must not
+    replace it. Unknown versions never count as older."""
+    new_rv, old_rv = _rv(obj), _rv(held)
+    return held is not None and new_rv is not None and old_rv is not None and new_rv < old_rv
+
+
 def key_of(obj: Obj) -> ObjKey:
     meta = obj["metadata"]
     return (meta.get("namespace") or "", meta["name"])
@@ -141,11 +148,10 @@ class Informer:
         key = key_of(obj)
         with self._lock:
             old = self._store.get(key)
-            new_rv, old_rv = _rv(obj), _rv(old)
-            if old is not None and new_rv is not None and old_rv is not None and new_rv < old_rv:
+            if older(obj, old):
                 return  # a stale delivery after our own newer write
             marked = (old or {}).get("metadata", {}).get("deletionTimestamp")
-            if marked and new_rv == old_rv and not obj["metadata"].get("deletionTimestamp"):
+            if marked and _rv(obj) == _rv(old) and not obj["metadata"].get("deletionTimestamp"):
                 obj = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": marked}}  # keep our mark
             self._set(key, obj)
         if notify and self.on_change:

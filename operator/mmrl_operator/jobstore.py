@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mmrl_operator.informer import _rv
+from mmrl_operator.informer import older
 
 Key = tuple[str, str]
 
@@ -35,11 +35,8 @@ class JobStore:
         job = _slim(body)
         key = (job["metadata"].get("namespace") or "", job["metadata"]["name"])
         with self._lock:
-            held = self._jobs.get(key)
-            new_rv, old_rv = _rv(job), _rv(held)
-            if held is not None and new_rv is not None and old_rv is not None and new_rv < old_rv:
-                return
-            self._jobs[key] = job
+            if not older(job, self._jobs.get(key)):
+                self._jobs[key] = job
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The newest copy, or None when there is none (never seen, deleted, or invalidated): then GET it."""
