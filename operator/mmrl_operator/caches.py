@@ -18,7 +18,7 @@ from typing import Any
 
 from mmrl_api import constants as c
 from mmrl_operator.health import health_signature
-from mmrl_operator.informer import Informer, Kind, Obj
+from mmrl_operator.informer import Informer, Kind, Obj, key_of
 from mmrl_operator.kube import Kube
 from mmrl_operator.observed import avoided_by
 from mmrl_operator.ownership import controller_of
@@ -112,6 +112,10 @@ def job_of(obj: Obj) -> JobKey | None:
     return (meta.get("namespace") or "", job) if job else None
 
 
+def _child_key(kind: str, obj: Obj) -> tuple[str, str, str]:
+    return (kind, *key_of(obj))
+
+
 KINDS = {
     "RayCluster": (RAYCLUSTERS, slim_raycluster),
     "RayJob": (RAYJOBS, slim_rayjob),
@@ -183,17 +187,15 @@ class Caches:
         """Whether someone else changed the child's spec since this process last wrote it: its generation is not the
         one our write got back. Unknown (not written since this process started) is not an edit: the spec digest
         alone decides then."""
-        meta = obj["metadata"]
         with self._written_lock:
-            written = self._written.get((kind, meta.get("namespace") or "", meta["name"]))
-        return written is not None and meta.get("generation") != written
+            written = self._written.get(_child_key(kind, obj))
+        return written is not None and obj["metadata"].get("generation") != written
 
     # --- our own writes --------------------------------------------------------------------------------------------
     def wrote(self, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        if "generation" in meta:
+        if "generation" in obj["metadata"]:
             with self._written_lock:
-                self._written[(obj.get("kind", ""), meta.get("namespace") or "", meta["name"])] = meta["generation"]
+                self._written[_child_key(obj.get("kind", ""), obj)] = obj["metadata"]["generation"]
         if (informer := self.children.get(obj.get("kind", ""))) is not None:
             informer.wrote(obj)
 
@@ -205,7 +207,7 @@ class Caches:
     def _child_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         if new is None and old is not None:  # deleted: a child made again under the name is a new one
             with self._written_lock:
-                self._written.pop((kind, old["metadata"].get("namespace") or "", old["metadata"]["name"]), None)
+                self._written.pop(_child_key(kind, old), None)
         job = job_of(new or old or {"metadata": {}})
         if job is not None:
             self.wake(job)

@@ -235,5 +235,5 @@ class Kube:
         }
         try:
             self._resource("v1", "Event", "create").create(body=body, namespace=meta["namespace"])
-        except (ApiException, DynamicApiError) as exc:
-            log.warning("could not post event %s on %s: %s", reason, meta["name"], getattr(exc, "reason", exc))
+        except ApiException as exc:  # DynamicApiError included
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], exc.reason)
