@@ -40,6 +40,8 @@ from mmrl_operator.jsonmerge import merge_patch  # noqa: E402
 from tests.support.jobspecs import cluster_job  # noqa: E402
 
 RESULTS = ROOT / "bench" / "out"
+# The operator's reconcile passes so far (its Prometheus histogram's count).
+PASSES = "mmrl_reconcile_duration_seconds_count"
 OPERATOR_ENV = {"MMRL_RESYNC_SECONDS": "30"}  # the operator's production default (tests use 2 s)
 BENCH_USER_AGENT = "mmrl-bench"
 
@@ -236,7 +238,7 @@ def create_namespace(core: client.CoreV1Api, name: str) -> None:
 def metrics_up(op: Any) -> bool:
     """The operator (an OperatorProcess) serves its Prometheus metrics: it has started."""
     try:
-        op.metric("mmrl_reconcile_duration_seconds_count")
+        op.metric(PASSES)
     except OSError:
         return False
     return True

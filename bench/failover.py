@@ -29,7 +29,6 @@ from tests.support.operator import Jobs
 
 NS = "failover"
 LEASE = "mmrl-bench-failover"
-PASSES = "mmrl_reconcile_duration_seconds_count"
 
 
 def holder(api: client.ApiClient) -> str | None:
@@ -52,15 +51,15 @@ def one_round(api: client.ApiClient, replicas: dict[str, OperatorProcess], how: 
     leader_id = common.wait_for(lambda: holder(api), 60, "a lease holder")
     leader = replicas[leader_id]
     (other,) = [r for name, r in replicas.items() if name != leader_id]
-    before = other.metric(PASSES)
+    before = other.metric(common.PASSES)
     began = time.monotonic()
     if how == "sigkill":
         leader.kill()
     else:  # the replica's own clean stop (SIGTERM) blocks until it exits; the clock runs from the signal
         threading.Thread(target=leader.stop, daemon=True).start()
-    common.wait_for(lambda: other.metric(PASSES) > before, 120, "the other replica's first pass", interval=0.05)
+    common.wait_for(lambda: other.metric(common.PASSES) > before, 120, "the other replica's first pass", interval=0.05)
     first = time.monotonic() - began
-    common.wait_for(lambda: other.metric(PASSES) >= before + jobs, 120, "every job reconciled", interval=0.05)
+    common.wait_for(lambda: other.metric(common.PASSES) >= before + jobs, 120, "every job reconciled", interval=0.05)
     every = time.monotonic() - began
     common.wait_for(lambda: not leader.alive, 60, "the old leader to exit", interval=0.05)
     leader.start()

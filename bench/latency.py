@@ -113,7 +113,7 @@ def phase_ours(api, op: OperatorProcess, n: int, profile_to: Path | None) -> dic
     patch = {"spec": {"resilience": {"maxRestarts": 0}}}
     profiler = Profiler(op.proc.pid, profile_to) if profile_to and op.proc else None
     reconciles0, seconds0 = (
-        op.metric("mmrl_reconcile_duration_seconds_count"),
+        op.metric(common.PASSES),
         op.metric("mmrl_reconcile_duration_seconds_sum"),
     )
     t_start = time.monotonic()
@@ -125,7 +125,7 @@ def phase_ours(api, op: OperatorProcess, n: int, profile_to: Path | None) -> dic
     clusters.stop()
     rayjobs.stop()
     first_rayjob = {x: rayjobs.first_seen[f"{x}-a1"] for x in names}
-    reconciles = op.metric("mmrl_reconcile_duration_seconds_count") - reconciles0
+    reconciles = op.metric(common.PASSES) - reconciles0
     result = {
         "jobs": n,
         "create_calls_seconds": round(created_s, 2),

@@ -40,7 +40,6 @@ from tests.support.operator import Jobs
 
 NS = "mem"
 SUSPENDED = {"spec": {"suspend": True}}
-PASSES = "mmrl_reconcile_duration_seconds_count"
 RESYNC_SECONDS = float(common.OPERATOR_ENV["MMRL_RESYNC_SECONDS"])
 OPERATOR_AGENTS = ("OpenAPI-Generator/", "kopf/")  # the kubernetes client inside the operator, and kopf's watches
 
@@ -80,9 +79,9 @@ def restart(op: OperatorProcess, jobs: int) -> dict[str, float]:
     op.start()
     common.wait_for(lambda: common.metrics_up(op), 60, "operator metrics", interval=0.02)
     up = time.monotonic() - began
-    common.wait_for(lambda: op.metric(PASSES) >= 1, 120, "the first pass", interval=0.02)
+    common.wait_for(lambda: op.metric(common.PASSES) >= 1, 120, "the first pass", interval=0.02)
     first = time.monotonic() - began
-    common.wait_for(lambda: op.metric(PASSES) >= jobs, 600, "a pass of every job", interval=0.2)
+    common.wait_for(lambda: op.metric(common.PASSES) >= jobs, 600, "a pass of every job", interval=0.2)
     sample = {"metrics_port": up, "first_pass": first, "every_job": time.monotonic() - began}
     print(f"restart: { ({k: round(v, 2) for k, v in sample.items()}) }", flush=True)
     return sample
@@ -118,12 +117,12 @@ def main() -> int:
             result["steady_after_seconds"] = round(time.monotonic() - t0, 1)
             print(f"{run} jobs Running, {held} Suspended after {result['steady_after_seconds']}s", flush=True)
             time.sleep(10)  # let the last passes of the ramp drain
-            r0, s0, w0 = op.metric("mmrl_reconcile_duration_seconds_count"), time.time(), time.monotonic()
+            r0, s0, w0 = op.metric(common.PASSES), time.time(), time.monotonic()
             samples = []
             while time.monotonic() - w0 < args.window:
                 samples.append(common.rss_mib(pid)[0])
                 time.sleep(2)
-            r1, s1 = op.metric("mmrl_reconcile_duration_seconds_count"), time.time()
+            r1, s1 = op.metric(common.PASSES), time.time()
             rss, peak = common.rss_mib(pid)
             at_end = dict(phases(api))
             restarts = [restart(op, args.jobs) for _ in range(args.restarts)]
