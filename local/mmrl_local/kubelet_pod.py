@@ -31,7 +31,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from mmrl_local import etchosts, podnet, podrun, procs
+from mmrl_local import etchosts, image_run, images, images_build, oci_spec, podnet, podrun, procs
 from mmrl_local.clock import now_iso
 from mmrl_local.images import POD_HOME
 from mmrl_local.mountns import Mount
@@ -66,6 +66,8 @@ class Container:
     next_start: float = 0.0
     readiness: ProbeState | None = None
     ports: dict[str, int] = field(default_factory=dict)
+    oci: image_run.ImageContainer | None = None  # when it runs from an image `make images` built
+    waiting: tuple[str, str] | None = None  # (reason, message) while it cannot be created
 
     @property
     def name(self) -> str:
@@ -79,6 +81,8 @@ class Container:
         if not self.running():
             return None
         assert self.proc is not None
+        if self.oci is not None:
+            return self.oci.pid()
         with contextlib.suppress(OSError):
             children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
             return int(children[0]) if children else None
@@ -93,6 +97,8 @@ class Container:
         state: dict[str, Any]
         if self.running():
             state = {"running": {"startedAt": self.started_at}}
+        elif self.waiting is not None:
+            state = {"waiting": {"reason": self.waiting[0], "message": self.waiting[1]}}
         elif self.terminated is not None and (self.done or self.next_start == 0.0):
             state = {"terminated": self.terminated}
         elif self.terminated is not None:
@@ -222,7 +228,60 @@ class PodWorker:
                     raise
             time.sleep(0.5)
 
-    def _spawn(self, c: Container, kind: str) -> None:
+    def _spawn(self, c: Container, kind: str) -> bool:
+        """Start the container; False when it cannot be created (its status says why; tried again later)."""
+        try:
+            built = images.built_image(c.spec["image"])
+            if built is not None:
+                self._spawn_from_image(c, kind, built)
+            else:
+                self._spawn_here(c, kind)
+        except images.ImageNotPresent as err:
+            return self._cannot_create(c, "ErrImageNeverPull", str(err))
+        except oci_spec.CreateContainerConfigError as err:
+            return self._cannot_create(c, "CreateContainerConfigError", str(err))
+        c.waiting = None
+        c.started_at = now_iso()
+        probe = c.spec.get("readinessProbe")
+        c.readiness = ProbeState(probe) if probe and kind == "containers" else None
+        return True
+
+    def _cannot_create(self, c: Container, reason: str, message: str) -> bool:
+        if c.waiting != (reason, message):
+            log.warning("pod %s/%s: container %s: %s: %s", self.ns, self.name, c.name, reason, message)
+        c.waiting = (reason, message)
+        c.next_start = time.monotonic() + BACKOFF_MAX
+        return False
+
+    def _spawn_from_image(self, c: Container, kind: str, image: str) -> None:
+        """Run the container from its image's root filesystem through runc: the image's config under the pod's
+        command, args, env, workingDir and securityContext (``oci_spec``), in the pod's network namespace."""
+        assert self.sandbox is not None
+        if c.oci is None or c.oci.image != image:
+            bundle = self.workdir / kind / c.name / "bundle"
+            c.oci = image_run.ImageContainer(images_build.storage(), image, bundle, f"mmrl-{self.uid[:8]}-{c.name}")
+        oci = c.oci
+        view = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, oci.env).view(self.pod, c.name)
+        security = oci_spec.merged_security(self.pod["spec"], c.spec)
+        argv = oci_spec.process_args(oci.config, c.spec.get("command"), c.spec.get("args"))
+        root = oci.prepare()
+        spec = oci_spec.runtime_spec(
+            root=root,
+            argv=argv,
+            env={**view.env, **self.sandbox.service_env},
+            cwd=c.spec.get("workingDir") or oci.config.get("WorkingDir") or "/",
+            who=oci.identity(root, security),
+            security=security,
+            mounts=[*view.mounts, Mount("/etc/hosts", str(self.hosts), read_only=True)],
+            hostname=self.name,
+            netns=self.sandbox.netns_path,
+        )
+        c.view = view
+        c.ports = {p["name"]: int(p["containerPort"]) for p in c.spec.get("ports") or [] if p.get("name")}
+        c.proc = oci.spawn(spec, self.workdir / "logs" / f"{c.name}.log")
+
+    def _spawn_here(self, c: Container, kind: str) -> None:
+        """Run the container on this machine's files, with the environment its image stands for (``image_env``)."""
         materialiser = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, self.image_env(c.spec["image"]))
         view = materialiser.view(self.pod, c.name)
         # What a container's own filesystem gives it and this machine's does not: a private /tmp (Ray keeps
@@ -248,9 +307,6 @@ class PodWorker:
         c.proc = podrun.spawn_in_pod(
             view, view.command, log_file, root, self.sandbox, hostname=self.name, own_pids=True
         )
-        c.started_at = now_iso()
-        probe = c.spec.get("readinessProbe")
-        c.readiness = ProbeState(probe) if probe and kind == "containers" else None
 
     def _reap(self, c: Container) -> bool:
         """Record an exited container; True when it exited."""
@@ -258,6 +314,8 @@ class PodWorker:
             return False
         code = c.proc.returncode
         procs.stop(c.proc, timeout=1.0)
+        if c.oci is not None:
+            c.oci.stop_runtime()
         c.proc = None
         c.terminated = {
             "exitCode": code,
@@ -295,14 +353,14 @@ class PodWorker:
         return True
 
     def _supervise(self) -> None:
-        self.phase = "Running"
         while not self._stopping():
             now = time.monotonic()
             changed = False
             for c in self.containers:
                 if c.proc is None and not c.done and now >= c.next_start:
-                    self._spawn(c, "containers")
-                    c.next_start = 0.0
+                    if self._spawn(c, "containers"):
+                        c.next_start = 0.0
+                        self.phase = "Running"  # a pod runs once a container has started (Pending before)
                     changed = True
                 changed |= self._reap(c)
                 if c.readiness is not None and c.running() and c.readiness.due(now):
@@ -336,6 +394,9 @@ class PodWorker:
         for c in running:
             if c.proc is not None:
                 procs.stop(c.proc, timeout=1.0)
+        for c in [*self.init, *self.containers]:
+            if c.oci is not None:
+                c.oci.remove()
         if self._deleting is not None and not self._stop.is_set():
             finish_delete(self.core, self.ns, self.name, self.uid)
 

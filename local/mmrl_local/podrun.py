@@ -154,6 +154,7 @@ class PodMaterialiser:
             if (volume["emptyDir"] or {}).get("medium") == "Memory":
                 return None, True
             directory.mkdir(parents=True, exist_ok=True)
+            os.chmod(directory, 0o777)  # as the kubelet makes it: writable by a container's non-root user
             return str(directory), False
         if "projected" in volume:
             return str(self._projected(pod, volume, directory)), False

@@ -1,6 +1,6 @@
-"""The pure parts of `make images` and of starting a process from an image: what an image's cache key covers, which
-host files a build sees, and how an image's config becomes runc's process (Kubernetes' command/args rules, the
-image's user). The builds themselves run in tests/images."""
+"""The pure parts of `make images`: what an image's cache key covers and which host files a build sees. How an
+image's config becomes runc's process is tests/unit/local/test_oci_spec.py; the builds themselves run in
+tests/images."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import image_run, images_build
+from mmrl_local import images_build
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -65,49 +65,3 @@ def test_build_sees_the_ca_bundle_and_pip_config_pip_is_told_to_use(tmp_path: Pa
         "-v",
         f"{conf}:/etc/pip.conf:ro",
     ]
-
-
-@pytest.mark.parametrize(
-    ("command", "args", "argv"),
-    [
-        (None, None, ["python", "-m", "app", "serve"]),  # entrypoint + cmd
-        (None, ["--help"], ["python", "-m", "app", "--help"]),  # args replace cmd
-        (["sh", "-c", "id"], None, ["sh", "-c", "id"]),  # command drops the image's cmd too
-        (["sh"], ["-c", "id"], ["sh", "-c", "id"]),
-    ],
-)
-def test_process_args_follow_kubernetes_command_and_args_rules(command, args, argv) -> None:
-    config = {"Entrypoint": ["python", "-m", "app"], "Cmd": ["serve"]}
-    assert image_run.process_args(config, command, args) == argv
-
-
-def _root(tmp_path: Path) -> Path:
-    (tmp_path / "etc").mkdir()
-    (tmp_path / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\nmmrl:x:10001:10002::/nonexistent:/bin/false\n")
-    (tmp_path / "etc" / "group").write_text("root:x:0:\nmmrl:x:10002:\n")
-    return tmp_path
-
-
-@pytest.mark.parametrize(
-    ("user", "ids"),
-    [("10001:10001", (10001, 10001)), ("mmrl:mmrl", (10001, 10002)), ("10001", (10001, 10002)), ("", (0, 0))],
-)
-def test_image_user_resolves_like_a_runtime_resolves_it(tmp_path: Path, user: str, ids: tuple[int, int]) -> None:
-    assert image_run.resolve_user(user, _root(tmp_path)) == ids
-
-
-def test_runtime_spec_applies_the_image_config_under_restricted_pod_security(tmp_path: Path) -> None:
-    template = {
-        "process": {"terminal": True, "user": {"uid": 0, "gid": 0}, "capabilities": {"bounding": ["CAP_KILL"]}},
-        "root": {"path": "rootfs", "readonly": False},
-    }
-    config = {"User": "10001:10001", "Env": ["PYTHONPATH=/opt/mmrl"], "WorkingDir": "/opt/mmrl"}
-    spec = image_run.runtime_spec(template, config, _root(tmp_path), ["python", "--version"])
-    assert spec["process"]["user"] == {"uid": 10001, "gid": 10001}
-    assert spec["process"]["env"] == ["PYTHONPATH=/opt/mmrl"]
-    assert spec["process"]["cwd"] == "/opt/mmrl"
-    assert spec["process"]["args"] == ["python", "--version"]
-    assert spec["process"]["terminal"] is False and spec["process"]["noNewPrivileges"] is True
-    assert all(not caps for caps in spec["process"]["capabilities"].values())
-    assert spec["root"] == {"path": str(tmp_path), "readonly": True}
-    assert template["process"]["user"] == {"uid": 0, "gid": 0}  # the template is left as it was
