@@ -2,19 +2,21 @@
 replacement, with a summary at the end.
 
 The steps are the product's, not the demo's: a hostPath volume stands in for the FSx claim and holds the tiny
-offline Qwen3-VL, `kubectl apply -f examples/local.yaml` submits the job, the real operator (a subprocess) builds
-the RayCluster and RayJobs, and the REAL KubeRay operator (v1.5.1, `--use-kubernetes-proxy`) turns them into Ray
-pods and a submitter Job. The nodes are run by `kubelet`, so those pods run for real with their own commands: the
-head's `ray start --head`, the worker's `ray start --address=...`, the submitter's `ray job submit`, each in its
-pod's network, mount, UTS and PID namespaces; Ray's job manager starts the trainer as the job's driver on the
-head, where it reads its ConfigMap at /etc/mmrl, writes checkpoints to the claim at its mountPath and reports
-progress with the pod's ServiceAccount token. Once the trainer has written a checkpoint, the node hosting the
-head goes through what HyperPod does to a failing instance (UnschedulablePendingReplacement → NotReady → deleted
-→ a new instance joins): its pods' processes are killed and their namespaces removed, KubeRay recreates the head
-on the new node, the operator stops the attempt through KubeRay and the next one resumes from that checkpoint.
-The inference pod's init container and vLLM server run on a kubelet node too. The MLflow tracking server runs on a
-node kept for it, which no Ray pod tolerates, so the fault never takes it (mlflow_server.py); every read the summary
-makes of it has a time budget and, past it, says why it gave up.
+offline Qwen3-VL, `kubectl apply -f examples/local.yaml` submits the job, the operator builds the RayCluster and
+RayJobs (installed with `helm install charts/mmrl-operator` from the image `make images` built, and run from that
+image by the local kubelet under the chart's ServiceAccount, RBAC and restricted pod security), and the REAL KubeRay
+operator (v1.5.1, in the cluster: its pod runs from an image of its binary) turns them into Ray pods and a submitter
+Job. The nodes are run by `kubelet`, so those pods run for real with their own commands: the head's `ray start
+--head`, the worker's `ray start --address=...`, the submitter's `ray job submit`, each in its pod's network, mount,
+UTS and PID namespaces; Ray's job manager starts the trainer as the job's driver on the head, where it reads its
+ConfigMap at /etc/mmrl, writes checkpoints to the claim at its mountPath and reports progress with the pod's
+ServiceAccount token. Once the trainer has written a checkpoint, the node hosting the head goes through what
+HyperPod does to a failing instance (UnschedulablePendingReplacement → NotReady → deleted → a new instance joins):
+its pods' processes are killed and their namespaces removed, KubeRay recreates the head on the new node, the
+operator stops the attempt through KubeRay and the next one resumes from that checkpoint. The inference pod's init
+container and vLLM server run on a kubelet node too. The MLflow tracking server runs on a node kept for it, which no
+Ray pod tolerates, so the fault never takes it (mlflow_server.py); every read the summary makes of it has a time
+budget and, past it, says why it gave up.
 
 `Demo` is also what tests/e2e drives, with shorter settings, on the test session's control plane.
 """
@@ -132,7 +134,9 @@ class Summary:
     def render(self) -> str:
         lines = [f"job {self.name}: {self.phase} in {self.wall_seconds:.0f} s"]
         if self.kuberay:
-            lines.append(f"  KubeRay {self.kuberay} (the real operator) and Ray: every attempt a real Ray job")
+            lines.append(
+                f"  KubeRay {self.kuberay} (the real operator, in the cluster) and Ray: each attempt a real Ray job"
+            )
         for a in self.attempts:
             why = f", stopped by {a['failure']} fault on {a.get('node')}" if a.get("failure") else ""
             resumed = f", resumed from step {a['resumedFromStep']}" if a.get("resumedFromStep") is not None else ""
@@ -583,12 +587,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, also into a pipe
     os.environ.setdefault("PYTHONUNBUFFERED", "1")  # and the same for the processes the demo starts
 
-    from mmrl_local import build
+    from mmrl_api import constants
+    from mmrl_local import build, crds, images_build, operator_release
     from mmrl_local.controlplane import ControlPlane
-    from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
+    from mmrl_local.helm import Helm
     from mmrl_local.kubelet import Kubelet
-    from mmrl_local.kuberay_operator import KubeRayOperator
-    from mmrl_local.operator_process import OperatorProcess
+    from mmrl_local.kuberay_incluster import NAMESPACE as KUBERAY_NAMESPACE
+    from mmrl_local.kuberay_incluster import KubeRayInCluster
 
     t0 = time.monotonic()
     out = args.out.resolve()
@@ -597,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     work = build.cache_root() / "run" / "demo"
     shutil.rmtree(work, ignore_errors=True)
     binaries = build.build(verbose=False)
-    kuberay = build.build_kuberay()
+    build.build_kuberay()
+    image = images_build.build_operator(verbose=False)  # `make demo` built it first (make images)
     print(f"control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok ({binaries.kube_version})")
     (work / "cluster").mkdir(parents=True)
     with ControlPlane(binaries=binaries, workdir=work / "cluster") as cp:
@@ -607,15 +613,24 @@ def main(argv: list[str] | None = None) -> int:
         control_plane_up = time.monotonic() - t0
         api = cp.api_client()
         core = client.CoreV1Api(api)
-        install_mmrl_crd(api)
-        install_trainer_status_policy(api)
         with (
-            Kubelet(api, cp.pod_network, out / "pods"),
-            KubeRayOperator(
-                api, cp.kubeconfig, out / "kuberay.log", binary=kuberay, extra_args=["--use-kubernetes-proxy"]
-            ),
-            OperatorProcess(cp.kubeconfig, out / "operator.log", namespaces=[]),
+            Kubelet(api, cp.pod_network, out / "pods") as kubelet,
+            KubeRayInCluster(api, kubelet) as kuberay_pod,
         ):
+            # The operator as a platform team installs it: the chart (with its CRD and trainer-status policy) and
+            # the image `make images` built, into a namespace that enforces the restricted Pod Security Standard.
+            system = "mmrl-system"
+            core.create_namespace({"metadata": {"name": system, "labels": operator_release.RESTRICTED}})
+            operator_node = nodes.create_dedicated_node(core, operator_release.ROLE)
+            release = operator_release.Release(Helm(binaries["helm"], work / "helm", cp.kubeconfig), system, "mmrl")
+            release.install(operator_release.values(image))
+            crds.wait_established(api, [constants.CRD_NAME])
+            (operator_pod,) = release.wait_ready(core, 1)
+            print(
+                f"operator runs from image {image.image}@{image.digest}, installed by Helm (release {release.name} "
+                f"in {system}; pod {operator_pod.metadata.name} on {operator_node}, "
+                f"ServiceAccount {operator_pod.spec.service_account_name})"
+            )
             head = nodes.create_cpu_node(core, kubelet=True)
             gpus = nodes.create_gpu_nodes(core, 2, kubelet=True)
             tracking = mlflow_server.create_node(core)
@@ -623,9 +638,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"HyperPod nodes run by the local kubelet: {head} (controller), {', '.join(gpus)} (ml.p5.48xlarge), "
                 f"{tracking} (kept for the MLflow server: no Ray pod tolerates its taint {mlflow_server.ROLE_LABEL})"
             )
-            print(f"operator running (log {out / 'operator.log'})")
             print(
-                f"KubeRay {build.KUBERAY_VERSION} running (log {out / 'kuberay.log'}); pods and logs in {out / 'pods'}"
+                "images: the operator and KubeRay run from their built images; the trainer, vLLM and MLflow pods "
+                "run from local environments that stand in for their images (mmrl_local/images.py)"
+            )
+            assert kuberay_pod.image is not None
+            print(
+                f"KubeRay {build.KUBERAY_VERSION} runs in the cluster (namespace {KUBERAY_NAMESPACE}, from image "
+                f"{kuberay_pod.image.image}@{kuberay_pod.image.digest}, without --use-kubernetes-proxy: it reaches "
+                f"each Ray head by its Service's name); pods and logs in {out / 'pods'}"
             )
             demo = Demo(
                 api,

@@ -297,29 +297,30 @@ def _drop_older(store: Storage, repository: str, keep: str) -> None:
             old.unlink(missing_ok=True)
 
 
-def build_operator(verbose: bool = True) -> ImageFacts:
-    """The operator image from docker/operator.Dockerfile on the local base, built or reused."""
+def _build(repository: str, key: str, bud_args: list[str], *, base_needed: bool, verbose: bool) -> ImageFacts:
+    """Build (or reuse) ``repository:key`` with ``buildah bud`` and ``bud_args`` (the Containerfile and context),
+    on the Debian base when ``base_needed``; records the facts beside the image."""
     ensure_tools()
     images_dir().mkdir(parents=True, exist_ok=True)
     store = storage()
-    repository = "localhost/mmrl-operator"
-    key = image_key(OPERATOR_DOCKERFILE)
     name = f"{repository}:{key}"
-    facts_path = images_dir() / f"mmrl-operator-{key}.json"
+    prefix = repository.rsplit("/", 1)[-1]
+    facts_path = images_dir() / f"{prefix}-{key}.json"
     with open(images_dir() / "build.lock", "w") as lock:
         # Parallel test workers and a `make images` beside them must not build into one storage at once.
         fcntl.flock(lock, fcntl.LOCK_EX)
         recorded = _recorded(facts_path)
         if recorded is not None and image_exists(store, name):
             return dataclasses.replace(recorded, reused=True)
-        log_path = images_dir() / "mmrl-operator.log"
+        log_path = images_dir() / f"{prefix}.log"
         started = time.monotonic()
         with open(log_path, "w") as log:
             if verbose:
                 print(f">> building {name} (log: {log_path})", file=sys.stderr)
             try:
-                base = ensure_base(store, log)
+                base = ensure_base(store, log) if base_needed else ""
                 base_seconds = round(time.monotonic() - started, 1)
+                from_base = ["--from", base] if base else []
                 cmd = store.cmd(
                     "bud",
                     "--isolation",
@@ -328,14 +329,11 @@ def build_operator(verbose: bool = True) -> ImageFacts:
                     "--pull=never",
                     "--format",
                     "docker",
-                    "--from",
-                    base,
+                    *from_base,
                     *build_mounts(),
-                    "-f",
-                    str(OPERATOR_DOCKERFILE),
                     "-t",
                     name,
-                    str(ROOT),
+                    *bud_args,
                 )
                 _run(cmd, log)
             except subprocess.CalledProcessError as err:
@@ -343,7 +341,38 @@ def build_operator(verbose: bool = True) -> ImageFacts:
         facts = _measure(store, name, base, round(time.monotonic() - started, 1), base_seconds)
         facts_path.write_text(json.dumps(dataclasses.asdict(facts), indent=2) + "\n")
         _drop_older(store, repository, keep=name)
-        _drop_older(store, base.rsplit(":", 1)[0], keep=base)
+        if base:
+            _drop_older(store, base.rsplit(":", 1)[0], keep=base)
     if verbose:
         print(f">> built {name} in {facts.build_seconds} s", file=sys.stderr)
     return facts
+
+
+def build_operator(verbose: bool = True) -> ImageFacts:
+    """The operator image from docker/operator.Dockerfile on the local base, built or reused."""
+    key = image_key(OPERATOR_DOCKERFILE)
+    bud = ["-f", str(OPERATOR_DOCKERFILE), str(ROOT)]
+    return _build("localhost/mmrl-operator", key, bud, base_needed=True, verbose=verbose)
+
+
+# KubeRay's own image is built by its project from ray-operator/Dockerfile (a distroless static base, user 65532).
+# Here the same binary (`build.build_kuberay`, static, CGO off) goes into an image FROM scratch with that user.
+KUBERAY_CONTAINERFILE = """FROM scratch
+COPY kuberay-operator /manager
+USER 65532:65532
+ENTRYPOINT ["/manager"]
+"""
+
+
+def build_kuberay(binary: Path, verbose: bool = True) -> ImageFacts:
+    """An image of the KubeRay operator binary ``binary`` (its cache directory names its build key)."""
+    key = _digest(RECIPE.encode(), KUBERAY_CONTAINERFILE.encode(), binary.parent.name.encode())[:12]
+    context = images_dir() / f"kuberay-context-{key}"
+    if not (context / "Containerfile").exists():
+        tmp = Path(tempfile.mkdtemp(dir=images_dir()))
+        shutil.copy2(binary, tmp / "kuberay-operator")
+        (tmp / "Containerfile").write_text(KUBERAY_CONTAINERFILE)
+        shutil.rmtree(context, ignore_errors=True)
+        tmp.rename(context)
+    bud = ["-f", str(context / "Containerfile"), str(context)]
+    return _build("localhost/kuberay-operator", key, bud, base_needed=False, verbose=verbose)

@@ -179,8 +179,7 @@ class Kubelet:
             self.workers.pop(uid).stop(wait=False)
         self._forget_ips(seen)
         used = {(p.get("status") or {}).get("podIP") for p in pods}
-        namespaces = {p["metadata"]["namespace"] for p in mine}
-        services = {ns: self._services(ns) for ns in namespaces}
+        services = self._services() if mine else ([], [])
         for pod in mine:
             uid = pod["metadata"]["uid"]
             worker = self.workers.get(uid)
@@ -190,7 +189,7 @@ class Kubelet:
                 continue
             if worker is not None:
                 worker.update(pod)
-                worker.refresh_hosts(*services[pod["metadata"]["namespace"]])
+                worker.refresh_hosts(*services)
                 continue
             if pod["metadata"].get("deletionTimestamp"):
                 self._finish_delete(pod)  # never started here (or this kubelet restarted): nothing to stop
@@ -206,12 +205,13 @@ class Kubelet:
                 self.image_env,
                 podnet.NODE_IP,
             )
-            worker.refresh_hosts(*services[pod["metadata"]["namespace"]])
+            worker.refresh_hosts(*services)
             self.workers[uid] = worker.start()
 
-    def _services(self, ns: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        services = [self.api.sanitize_for_serialization(s) for s in self.core.list_namespaced_service(ns).items]
-        slices = self.discovery.list_namespaced_endpoint_slice(ns).items
+    def _services(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every Service and EndpointSlice: a pod's hosts file names the Services of all namespaces (etchosts)."""
+        services = [self.api.sanitize_for_serialization(s) for s in self.core.list_service_for_all_namespaces().items]
+        slices = self.discovery.list_endpoint_slice_for_all_namespaces().items
         return services, [self.api.sanitize_for_serialization(s) for s in slices]
 
     # -- IPs ------------------------------------------------------------------------------------------------

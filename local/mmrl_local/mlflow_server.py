@@ -27,8 +27,8 @@ from mmrl_local.etchosts import service_names
 IMAGE = "ghcr.io/mlflow/mlflow:v3.17.0"
 NAME, PORT = "mlflow", 5000
 SELECTOR = f"app.kubernetes.io/name={NAME}"
-ROLE_LABEL, ROLE = "mmrl.dev/dedicated", "tracking"
-TAINT = {"key": ROLE_LABEL, "value": ROLE, "effect": "NoSchedule"}
+ROLE_LABEL, ROLE = nodes.DEDICATED_LABEL, "tracking"
+TAINT = nodes.dedicated_taint(ROLE)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 STORE_CLAIM, STORE_PATH = "mlflow-store", "/mlflow"
 
@@ -50,19 +50,7 @@ def tracking_uri(namespace: str) -> str:
 
 def create_node(core: client.CoreV1Api, *, kubelet: bool = True) -> str:
     """Join the node kept for tracking (a CPU instance, `ROLE_LABEL`, tainted with `TAINT`); returns its name."""
-    name = nodes.new_node_name()
-    body = nodes.node_body(
-        name,
-        instance_group=ROLE,
-        instance_type=nodes.CPU_INSTANCE_TYPE,
-        capacity=nodes.CPU_CAPACITY,
-        labels={ROLE_LABEL: ROLE},
-        kubelet=kubelet,
-    )
-    body["spec"] = {"taints": [dict(TAINT)]}
-    core.create_node(body)
-    nodes.wait_ready(core, name)
-    return name
+    return nodes.create_dedicated_node(core, ROLE, kubelet=kubelet)
 
 
 def manifests(namespace: str, node: str | None = None) -> list[dict[str, Any]]:

@@ -122,6 +122,31 @@ def create_cpu_node(
     return name
 
 
+DEDICATED_LABEL = "mmrl.dev/dedicated"
+
+
+def dedicated_taint(role: str) -> dict[str, str]:
+    return {"key": DEDICATED_LABEL, "value": role, "effect": "NoSchedule"}
+
+
+def create_dedicated_node(core: client.CoreV1Api, role: str, *, kubelet: bool = True) -> str:
+    """Join a CPU node kept for one role (the tracking server, the operator): labelled ``DEDICATED_LABEL=role`` and
+    tainted so that only pods that tolerate the role land there (no Ray pod does); returns its name."""
+    name = new_node_name()
+    body = node_body(
+        name,
+        instance_group=role,
+        instance_type=CPU_INSTANCE_TYPE,
+        capacity=CPU_CAPACITY,
+        labels={DEDICATED_LABEL: role},
+        kubelet=kubelet,
+    )
+    body["spec"] = {"taints": [dedicated_taint(role)]}
+    core.create_node(body)
+    wait_ready(core, name)
+    return name
+
+
 def is_ready(node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 

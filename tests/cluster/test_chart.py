@@ -17,6 +17,7 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_local import build, crds
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_local.operator_release import RESTRICTED
 from mmrl_operator import chart, rbac
 from mmrl_operator.crd import build_crd
 from mmrl_operator.policy import POLICY_NAME
@@ -28,10 +29,6 @@ pytestmark = pytest.mark.cluster
 
 DEFAULT: dict[str, Any] = {}
 NAMESPACED_WITH_OPT_INS = {"metrics": {"serviceMonitor": {"enabled": True}}, "specPatchPolicy": {"enabled": True}}
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 
 
 @pytest.fixture

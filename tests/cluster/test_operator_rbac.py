@@ -6,7 +6,6 @@ log shows no request refused; and the apiserver's own authorizer, asked as that 
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mmrl_local.controlplane import AUDITED_NAMESPACE
 from mmrl_operator.rbac import ALL_VERBS, CORE, PERMISSIONS, RBAC, Rule
 from tests.support.audit import requests_by
 from tests.support.chart import RBAC_KINDS, Helm, apply_objects, client_for, delete_objects, of_kind, token_kubeconfig
@@ -45,14 +43,6 @@ EXTRA_VERBS = {
     "clusterroles": ("bind", "escalate"),
     "serviceaccounts": ("impersonate",),
 }
-
-
-@pytest.fixture(scope="session")
-def audited_namespace(core: client.CoreV1Api) -> str:
-    """The chart's release namespace in these tests: the apiserver audits its ServiceAccounts' requests."""
-    with contextlib.suppress(client.exceptions.ApiException):
-        core.create_namespace({"metadata": {"name": AUDITED_NAMESPACE}})
-    return AUDITED_NAMESPACE
 
 
 class ChartIdentity:

@@ -1,4 +1,5 @@
-"""The `make demo` path, end to end with shorter settings: examples/local.yaml through kubectl, the real operator,
+"""The `make demo` path, end to end with shorter settings: examples/local.yaml through kubectl, the operator as the
+chart installs it from its image (2 replicas; the leader's pod crashes mid-training and the standby takes over),
 the real KubeRay operator and real Ray (the local kubelet runs the Ray head, worker and submitter pods with their
 own commands, and Ray's job manager starts the trainer as the job's driver on the head), a HyperPod node
 replacement once the trainer has sealed a checkpoint (the node's pods die with it, KubeRay recreates the head), a
@@ -10,20 +11,23 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from mmrl_local import mlflow_server, podnet
 from mmrl_local.demo import Demo
+from mmrl_local.operator_release import Release
 from mmrl_operator.chat_cli import ask
 from mmrl_operator.logs_cli import read_logs
 from mmrl_operator.plot_cli import from_tensorboard
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.demo import make_demo
-from tests.support.operator import Jobs
+from tests.support.operator import Jobs, wait_until
 from tests.support.ray_dashboard import ray_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
@@ -35,15 +39,17 @@ def demo(control_plane, api_client, namespace: str, tmp_path: Path, overrides: d
     return make_demo(control_plane, api_client, namespace, tmp_path, overrides=overrides, **kwargs)
 
 
-def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_with_vllm(
-    control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator, tmp_path
+def test_job_trains_survives_a_node_replacement_and_a_leader_crash_resumes_and_serves_its_adapter_with_vllm(
+    control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator_pods, tmp_path
 ) -> None:
     hyperpod_nodes.cpu(kubelet=True)
     hyperpod_nodes.gpu(2, kubelet=True)
     tracking = mlflow_server.create_node(hyperpod_nodes.core)  # as `make demo` does: the MLflow server's own node
     hyperpod_nodes.names.append(tracking)
     d = demo(control_plane, api_client, namespace, tmp_path, SHORT, mlflow=True)
+    crash = LeaderCrash(operator_pods, real_ray.kubelet, api_client, namespace, d.name).start()
     summary = d.run(fault=True, timeout=900)
+    crash.check()
     hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
     # The fault took the Ray head's node, never the MLflow server's, which still serves from its own node.
     server = d.mlflow_pod()
@@ -52,6 +58,47 @@ def test_job_trains_survives_a_node_replacement_resumes_and_serves_its_adapter_w
     assert_trained(d, api_client, namespace, summary)
     assert_ran_on_real_ray(d, api_client, namespace, summary)
     assert_served(d, api_client, namespace, summary, tmp_path, real_ray, control_plane.pod_network)
+
+
+class LeaderCrash:
+    """Crash the leading operator pod mid-training (at step ``AT_STEP``, before the node fault's checkpoint), as a
+    lost node would: the standby pod must take the job over after the Lease runs out."""
+
+    AT_STEP = 2
+
+    def __init__(self, release: Release, kubelet, api_client, namespace: str, job: str) -> None:
+        self.release, self.kubelet, self.api, self.job = release, kubelet, api_client, job
+        self.core, self.jobs = client.CoreV1Api(api_client), Jobs(api_client, namespace)
+        self.leader: str | None = None
+        self.log: Path | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="leader-crash", daemon=True)
+
+    def start(self) -> LeaderCrash:
+        self._thread.start()
+        return self
+
+    def _step(self) -> int:
+        try:
+            return int((self.jobs.status(self.job).get("progress") or {}).get("step") or 0)
+        except client.ApiException:
+            return 0  # not created yet
+
+    def _run(self) -> None:
+        try:
+            wait_until(lambda: self._step() >= self.AT_STEP, 600, what=f"step {self.AT_STEP}")
+            self.leader = self.release.leader(self.api)
+            (pod,) = [p for p in self.release.ready_pods(self.core) if p.metadata.name == self.leader]
+            self.log = self.release.crash(self.kubelet, self.core, pod)
+        except BaseException as err:  # reported by check()
+            self.error = err
+
+    def check(self) -> None:
+        self._thread.join(30)
+        assert self.error is None, f"crashing the leader failed: {self.error!r}"
+        assert self.leader is not None and self.log is not None, "the leader was never crashed"
+        assert self.release.leader(self.api) not in (None, self.leader), "the standby did not take over"
+        assert "released the lease" not in self.log.read_text()
 
 
 def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
@@ -152,7 +199,7 @@ def assert_served(d: Demo, api_client, namespace: str, summary, tmp_path: Path, 
 
 
 def test_a_trainer_that_cannot_load_its_model_fails_the_job_at_once(
-    control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator, tmp_path
+    control_plane, api_client, namespace, real_ray, hyperpod_nodes, operator_pods, tmp_path
 ) -> None:
     hyperpod_nodes.cpu(kubelet=True)
     hyperpod_nodes.gpu(1, kubelet=True)

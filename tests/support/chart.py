@@ -1,10 +1,10 @@
-"""The Helm chart in tests: run helm with throwaway homes, render the chart to objects, apply or delete rendered
-objects with the admin client, and give a chart ServiceAccount its own kubeconfig (a TokenRequest token)."""
+"""The Helm chart in tests: run helm with throwaway homes (``mmrl_local.helm.Helm``), render the chart to objects,
+apply or delete rendered objects with the admin client, and give a chart ServiceAccount its own kubeconfig (a
+TokenRequest token)."""
 
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,42 +14,20 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
+from mmrl_local.helm import Helm
 from mmrl_operator.chart import CHART_DIR as CHART
 
+__all__ = [
+    "CHART",
+    "RBAC_KINDS",
+    "Helm",
+    "apply_objects",
+    "client_for",
+    "delete_objects",
+    "of_kind",
+    "token_kubeconfig",
+]
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-
-
-class Helm:
-    """helm with its cache, config and data homes under `home` (never the user's), against `kubeconfig`."""
-
-    def __init__(self, binary: Path, home: Path, kubeconfig: Path | None = None) -> None:
-        self.binary, self.home, self.kubeconfig = binary, home, kubeconfig
-
-    def env(self) -> dict[str, str]:
-        env = {f"HELM_{kind}_HOME": str(self.home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}
-        env["PATH"] = "/usr/bin:/bin"
-        env["HOME"] = str(self.home)
-        if self.kubeconfig:
-            env["KUBECONFIG"] = str(self.kubeconfig)
-        return env
-
-    def run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(self.binary), *map(str, args)], env=self.env(), capture_output=True, text=True)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"helm {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
-        return proc
-
-    def values_file(self, values: dict[str, Any]) -> Path:
-        path = self.home / f"values-{abs(hash(yaml.safe_dump(values)))}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(values))
-        return path
-
-    def template(
-        self, release: str, namespace: str, values: dict[str, Any] | None = None, chart: Path = CHART
-    ) -> list[dict[str, Any]]:
-        out = self.run("template", release, chart, "-n", namespace, "-f", self.values_file(values or {})).stdout
-        return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
 def of_kind(objects: Iterable[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:

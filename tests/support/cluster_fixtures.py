@@ -22,13 +22,13 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import build, nodes
+from mmrl_local import build, images_build, nodes, operator_release
 from mmrl_local import hyperpod as hp
-from mmrl_local.controlplane import ControlPlane
+from mmrl_local.controlplane import AUDITED_NAMESPACE, ControlPlane
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.forkserver import ForkServer
 from mmrl_local.kubelet import Kubelet
-from mmrl_local.kuberay_operator import KubeRayOperator
+from mmrl_local.kuberay_incluster import KubeRayInCluster
 from mmrl_local.kuberay_standin import KubeRayStandIn
 from mmrl_local.operator_process import FORKSERVER_ENV, PREIMPORT
 from mmrl_local.podnet import PodNetwork
@@ -217,25 +217,20 @@ def kuberay_run(
 @dataclass
 class RealRay:
     kubelet: Kubelet
-    kuberay: KubeRayOperator
+    kuberay: KubeRayInCluster
 
 
 @pytest.fixture
 def real_ray(
     control_plane: ControlPlane, pod_network: PodNetwork, api_client: client.ApiClient, namespace: str, tmp_path: Path
 ) -> Iterator[RealRay]:
-    """The real KubeRay operator (v1.5.1, through the apiserver's service proxy) watching this test's namespace, and
-    the local kubelet that runs the pods of nodes created with ``kubelet=True`` for real: Ray's head and workers,
-    KubeRay's submitter, the inference pod. Skipped with ``pod_network`` where pods cannot get namespaces here."""
+    """The local kubelet that runs the pods of nodes created with ``kubelet=True`` for real (Ray's head and workers,
+    KubeRay's submitter, the inference pod), and the real KubeRay operator (v1.5.1) in the cluster, watching this
+    test's namespace: its pod runs from its image on a node kept for it and reaches each Ray head by the head
+    Service's name. Skipped with ``pod_network`` where pods cannot get namespaces here."""
     with (
         Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet,
-        KubeRayOperator(
-            api_client,
-            control_plane.kubeconfig,
-            tmp_path / "kuberay.log",
-            namespaces=[namespace],
-            extra_args=["--use-kubernetes-proxy"],
-        ) as kuberay,
+        KubeRayInCluster(api_client, kubelet, namespaces=[namespace]) as kuberay,
     ):
         yield RealRay(kubelet, kuberay)
     assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
@@ -281,6 +276,31 @@ def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> I
 
 
 @pytest.fixture
+def operator_pods(
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    real_ray: RealRay,
+    hyperpod_nodes: HyperPodNodes,
+    cluster_helm: Helm,
+    audited_namespace: str,
+    namespace: str,
+    mmrl_crd: None,
+) -> Iterator[operator_release.Release]:
+    """The operator as a platform team installs it: `helm install` of the chart with the image `make images` built,
+    2 replicas with leader election, on a node kept for it whose pods ``real_ray``'s kubelet runs from the image."""
+    image = images_build.build_operator(verbose=False)
+    core.patch_namespace(audited_namespace, {"metadata": {"labels": operator_release.RESTRICTED}})
+    hyperpod_nodes.names.append(nodes.create_dedicated_node(core, operator_release.ROLE))
+    release = operator_release.Release(cluster_helm, audited_namespace, f"op-{secrets.token_hex(3)}")
+    release.install(operator_release.values(image, watch=[namespace], replicas=2, cluster_objects=False))
+    try:
+        release.wait_ready(core, 2)
+        yield release
+    finally:
+        release.uninstall()
+
+
+@pytest.fixture
 def nodes_ready(hyperpod_nodes) -> list[str]:
     hyperpod_nodes.cpu()
     return hyperpod_nodes.gpu(2)
@@ -293,6 +313,14 @@ def nodes_ready(hyperpod_nodes) -> list[str]:
 def cluster_helm(control_plane: ControlPlane, tmp_path: Path) -> Helm:
     """helm against the control plane, with throwaway homes."""
     return Helm(control_plane.binaries["helm"], tmp_path / "helm", control_plane.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def audited_namespace(core: client.CoreV1Api) -> str:
+    """A release namespace for the chart: the apiserver audits its ServiceAccounts' requests (kept for the session)."""
+    with contextlib.suppress(client.exceptions.ApiException):
+        core.create_namespace({"metadata": {"name": AUDITED_NAMESPACE}})
+    return AUDITED_NAMESPACE
 
 
 @pytest.fixture

@@ -87,15 +87,12 @@ JOB_ID = re.compile(r"\b(ok|fail|stop|lost)-[a-z0-9]{5}\b")
 def transient_job(view: tuple) -> bool:
     """A status of a Running RayJob that KubeRay writes only when its poll of Ray's dashboard falls in the window:
     Ray's job PENDING or RUNNING (a job that ends at once can skip both between two polls), or ended while the
-    submitter Job has not finished yet (it ends a second or two later). Also ``jobStatus: Failure``, which only
-    KubeRay's ``--use-kubernetes-proxy`` mode writes: it parses the apiserver's 503 Status answer (a head that is
-    not up) as Ray job info, where a KubeRay in the cluster gets a connection error and leaves the status as it
-    was."""
+    submitter Job has not finished yet (it ends a second or two later)."""
     v = JobView(*view)
     return (
         v.life == "live"
         and v.deployment == "Running"
-        and v.job_status in ("PENDING", "RUNNING", "Failure", *RAY_TERMINAL)
+        and v.job_status in ("PENDING", "RUNNING", *RAY_TERMINAL)
     )
 
 

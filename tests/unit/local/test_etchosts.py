@@ -9,13 +9,15 @@ def pod(name="rc-w-worker-x", ip="10.244.128.7", **spec) -> dict:
     return {"metadata": {"name": name, "namespace": "team"}, "spec": spec, "status": {"podIP": ip}}
 
 
-def service(name: str, *, publish: bool = False) -> dict:
-    return {"metadata": {"name": name}, "spec": {"clusterIP": "None", "publishNotReadyAddresses": publish}}
+def service(name: str, *, publish: bool = False, namespace: str = "team") -> dict:
+    meta = {"name": name, "namespace": namespace}
+    return {"metadata": meta, "spec": {"clusterIP": "None", "publishNotReadyAddresses": publish}}
 
 
-def endpoint_slice(service: str, *endpoints: tuple[str, bool]) -> dict:
+def endpoint_slice(service: str, *endpoints: tuple[str, bool], namespace: str = "team") -> dict:
+    labels = {"kubernetes.io/service-name": service}
     return {
-        "metadata": {"name": f"{service}-abc", "labels": {"kubernetes.io/service-name": service}},
+        "metadata": {"name": f"{service}-abc", "namespace": namespace, "labels": labels},
         "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}} for ip, ready in endpoints],
     }
 
@@ -53,3 +55,18 @@ def test_a_pod_with_hostname_and_subdomain_also_gets_its_fqdn() -> None:
 
 def test_a_pod_without_an_ip_yet_gets_only_localhost() -> None:
     assert set(entries(etchosts.render(pod(ip=""), [], []))) == {"localhost", "ip6-localhost", "ip6-loopback"}
+
+
+def test_services_of_other_namespaces_resolve_by_their_qualified_names_only() -> None:
+    """As cluster DNS with a pod's search path: `svc.ns...` from anywhere, the bare name only in its namespace; and
+    a Service's endpoints are its own namespace's, not those of a same-named Service elsewhere."""
+    services = [service("head-svc"), service("head-svc", namespace="other"), service("ray", namespace="other")]
+    slices = [
+        endpoint_slice("head-svc", ("10.244.128.1", True)),
+        endpoint_slice("head-svc", ("10.244.128.2", True), namespace="other"),
+        endpoint_slice("ray", ("10.244.128.3", True), namespace="other"),
+    ]
+    hosts = entries(etchosts.render(pod(), services, slices))
+    assert hosts["head-svc"] == hosts["head-svc.team.svc.cluster.local"] == "10.244.128.1"
+    assert hosts["head-svc.other"] == hosts["head-svc.other.svc.cluster.local"] == "10.244.128.2"
+    assert hosts["ray.other.svc"] == "10.244.128.3" and "ray" not in hosts
