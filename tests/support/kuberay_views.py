@@ -89,11 +89,7 @@ def transient_job(view: tuple) -> bool:
     Ray's job PENDING or RUNNING (a job that ends at once can skip both between two polls), or ended while the
     submitter Job has not finished yet (it ends a second or two later)."""
     v = JobView(*view)
-    return (
-        v.life == "live"
-        and v.deployment == "Running"
-        and v.job_status in ("PENDING", "RUNNING", *RAY_TERMINAL)
-    )
+    return v.life == "live" and v.deployment == "Running" and v.job_status in ("PENDING", "RUNNING", *RAY_TERMINAL)
 
 
 CLUSTER_FIELDS = (
