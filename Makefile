@@ -221,5 +221,10 @@ images: setup ## build (or reuse) the operator image with buildah, no daemon (do
 test-images: images ## facts about the built operator image (tests/images): non-root, no compiler, no torch, --help < 5 s
 	$(call PYTEST,tests/images)
 
+# Not part of `make test`: the CPU trainer image is about 7 GB (PyPI's torch is the CUDA build), minutes to build.
+.PHONY: test-trainer-image
+test-trainer-image: setup ## build the trainer image's CPU target and run `mmrl_trainer selftest` in it (tests/trainer_image)
+	$(call PYTEST,tests/trainer_image)
+
 clean-cache: ## drop the cached virtualenvs and binaries
 	rm -rf $(MMRL_CACHE)

@@ -1,10 +1,48 @@
 # syntax=docker/dockerfile:1
-# The trainer image (spec.trainer.image) that every Ray pod of a MultimodalRLJob runs: SkyRL 0.3.0's GPU stack
-# (torch, vLLM, flash-attn, Ray) with mmrl_trainer installed next to it. KubeRay supplies the container command
-# (`ray start ...`), so this image sets no ENTRYPOINT; each attempt's RayJob entrypoint is
-# `python -m mmrl_trainer --config <file> --attempt N` (api/mmrl_api/contract.py).
+# The trainer image (spec.trainer.image) that every Ray pod of a MultimodalRLJob runs. Two targets share what mmrl
+# adds (the `mmrl` stage: the shared API and the trainer, nothing else):
+# - the default, last stage (`gpu`): SkyRL 0.3.0's GPU stack (torch, vLLM, flash-attn, Ray) with mmrl_trainer next to
+#   it, what HyperPod runs;
+# - `cpu`: the local TRL backend's stack from requirements.lock (the `trainer` extra), for CPU clusters and for
+#   testing an image where there is no GPU (`python -m mmrl_trainer selftest` trains with the local backend there).
+# KubeRay supplies the container command (`ray start ...`), so neither sets an ENTRYPOINT; each attempt's RayJob
+# entrypoint is `python -m mmrl_trainer --config <file> --attempt N` (api/mmrl_api/contract.py).
 # Build from the repository root (EFA_INSTALLER_SHA256: see docs/trainer-image.md):
 #   docker build -f docker/trainer.Dockerfile --build-arg EFA_INSTALLER_SHA256=<sha256> -t <registry>/mmrl/trainer:0.1.0 .
+#   docker build -f docker/trainer.Dockerfile --target cpu -t <registry>/mmrl/trainer:0.1.0-cpu .
+
+# The CPU target's base; `make images` passes a Debian bookworm Python it builds with mmdebstrap (no registry here).
+ARG CPU_BASE=python:3.12.16-slim-bookworm
+
+# Exactly two packages: the shared API (models, constants, the trainer contract and config, the adapter rules) and
+# the trainer. No operator code: mmrl_trainer never imports mmrl_operator (tests/unit/test_package_boundaries.py).
+FROM scratch AS mmrl
+COPY api/mmrl_api/ /opt/mmrl/mmrl_api/
+COPY trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/
+
+# The CPU target: the local backend's stack, pinned by requirements.lock (the versions `make test` runs), in a
+# virtualenv first on PATH, for Ray's user (uid 1000, gid 100 as in Ray's images; Debian's `users` group is 100).
+FROM ${CPU_BASE} AS cpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN useradd --uid 1000 --gid 100 --create-home --home-dir /home/ray --shell /bin/bash ray
+ENV VIRTUAL_ENV=/home/ray/venvs/mmrl \
+    PATH=/home/ray/venvs/mmrl/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY requirements.lock /tmp/requirements.lock
+RUN python -m venv "$VIRTUAL_ENV" \
+    && pip install --no-cache-dir --constraint /tmp/requirements.lock \
+        torch torchvision transformers peft trl datasets pyarrow pillow safetensors "ray[default]" \
+        tensorboard mlflow-skinny wandb pydantic pyyaml kubernetes \
+    && rm /tmp/requirements.lock
+ENV PYTHONPATH=/opt/mmrl
+COPY --from=mmrl --chown=1000:100 /opt/mmrl /opt/mmrl
+USER 1000:100
+WORKDIR /home/ray
+RUN python -c "import mmrl_trainer.backends.local, mmrl_trainer.selftest, mmrl_trainer.progress, mmrl_trainer.tracking; \
+from importlib.metadata import version; \
+print('mmrl trainer image (cpu):', {p: version(p) for p in ('torch', 'transformers', 'peft', 'trl', 'ray')})"
 
 # SkyRL's source, only for its uv.lock and to build the `skyrl` package: this commit is SkyRL's git tag
 # skyrl-v0.3.0, the release published on PyPI as skyrl 0.3.0 (the version mmrl's SkyRL backend targets).
@@ -20,7 +58,7 @@ ADD --chown=1000:100 https://github.com/NovaSky-AI/SkyRL.git#f5bc3b78dfddfb35287
 # toolkit, uv in /home/ray/.local/bin, build tools): it has no SkyRL, torch or vLLM, which SkyRL installs per
 # run with `uv run`. They are installed below, once, from SkyRL's lock.
 # hadolint ignore=DL3007
-FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest
+FROM novaskyai/skyrl-train-ray-2.56.0-py3.12-cu12.8:latest AS gpu
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -89,11 +127,8 @@ RUN --mount=type=cache,target=/home/ray/.cache/uv,uid=1000,gid=100 \
         "pydantic>=2.14" "pyyaml>=6.0.2" kubernetes==36.0.3 tensorboard wandb mlflow-skinny \
     && rm /tmp/skyrl-pins.txt
 
-# Exactly two packages: the shared API (models, constants, the trainer contract and config, the adapter rules)
-# and the trainer. No operator code: mmrl_trainer never imports mmrl_operator (tests/unit/test_package_boundaries.py).
 ENV PYTHONPATH=/opt/mmrl
-COPY --chown=1000:100 api/mmrl_api/ /opt/mmrl/mmrl_api/
-COPY --chown=1000:100 trainer/mmrl_trainer/ /opt/mmrl/mmrl_trainer/
+COPY --from=mmrl --chown=1000:100 /opt/mmrl /opt/mmrl
 RUN python -c "import mmrl_trainer.backends.skyrl, mmrl_trainer.backends.skyrl_env, mmrl_trainer.progress, \
 mmrl_trainer.tracking, torch.utils.tensorboard, wandb, mlflow.tracking; \
 from importlib.metadata import version; \

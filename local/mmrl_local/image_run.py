@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_local import images_build, oci_spec, procs
+from mmrl_local.mountns import Mount
 
 _ids = itertools.count()
 RUNC_ROOT = Path("/run/mmrl-runc")  # runc's state for the containers local/ starts, apart from any other runc user
@@ -174,6 +175,7 @@ def run(
     command: list[str] | None = None,
     args: list[str] | None = None,
     timeout: float = 120.0,
+    mounts: list[Mount] | None = None,
 ) -> Finished:
     """Run the image's process to its end under the chart's restricted securityContext, in a network namespace
     with loopback only, and return what it printed."""
@@ -190,7 +192,7 @@ def run(
                 cwd=config.get("WorkingDir") or "/",
                 who=container.identity(root, RESTRICTED),
                 security=RESTRICTED,
-                mounts=[],
+                mounts=list(mounts or []),
                 hostname="mmrl-image",
                 netns=None,
             )

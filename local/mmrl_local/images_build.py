@@ -1,11 +1,13 @@
-"""Build the images in docker/ on this machine, with buildah and no daemon (``make images``). So far the operator
-image; trainer.Dockerfile's only target needs SkyRL's CUDA base image and SkyRL's source from GitHub, neither
-reachable here, until it has a CPU target.
+"""Build the images on this machine, with buildah and no daemon: the operator image (``make images``), the trainer
+image's `cpu` target (``build_trainer_cpu``, `make test-trainer-image`: about 7 GB, not part of `make test`; its
+default `gpu` target needs SkyRL's CUDA base image and SkyRL's source from GitHub, neither reachable here), and an
+image of the compiled KubeRay operator (``build_kuberay``) for running KubeRay in the local cluster.
 
 No registry of base images is reachable here, so the base that operator.Dockerfile names (python:3.12-slim-bookworm)
 is replaced by one made with mmdebstrap: Debian bookworm with its python3 (3.11) in a venv at /opt/python, first on
 PATH, so the Dockerfile's ``pip`` and ``python`` mean what they mean in the published base. It is passed with
-``--from``; the Dockerfile itself keeps the published base as its default for users.
+``--from`` (the operator image) or as the ``CPU_BASE`` build argument (the trainer's `cpu` target, whose first stage
+is not its base); the Dockerfiles keep the published bases as their defaults for users.
 
 Builds run with chroot isolation (no runtime, no daemon) into buildah storage under ``$MMRL_CACHE/images``. Each
 image is tagged with a key that hashes its Dockerfile, the base's recipe and every file its COPY instructions take
@@ -297,9 +299,12 @@ def _drop_older(store: Storage, repository: str, keep: str) -> None:
             old.unlink(missing_ok=True)
 
 
-def _build(repository: str, key: str, bud_args: list[str], *, base_needed: bool, verbose: bool) -> ImageFacts:
+def _build(
+    repository: str, key: str, bud_args: list[str], *, base_needed: bool, verbose: bool, base_arg: str | None = None
+) -> ImageFacts:
     """Build (or reuse) ``repository:key`` with ``buildah bud`` and ``bud_args`` (the Containerfile and context),
-    on the Debian base when ``base_needed``; records the facts beside the image."""
+    on the Debian base when ``base_needed``: passed with ``--from`` (it replaces the first FROM), or as the build
+    argument ``base_arg`` when given; records the facts beside the image."""
     ensure_tools()
     images_dir().mkdir(parents=True, exist_ok=True)
     store = storage()
@@ -320,7 +325,7 @@ def _build(repository: str, key: str, bud_args: list[str], *, base_needed: bool,
             try:
                 base = ensure_base(store, log) if base_needed else ""
                 base_seconds = round(time.monotonic() - started, 1)
-                from_base = ["--from", base] if base else []
+                from_base = ([f"--build-arg={base_arg}={base}"] if base_arg else ["--from", base]) if base else []
                 cmd = store.cmd(
                     "bud",
                     "--isolation",
@@ -353,6 +358,17 @@ def build_operator(verbose: bool = True) -> ImageFacts:
     key = image_key(OPERATOR_DOCKERFILE)
     bud = ["-f", str(OPERATOR_DOCKERFILE), str(ROOT)]
     return _build("localhost/mmrl-operator", key, bud, base_needed=True, verbose=verbose)
+
+
+TRAINER_DOCKERFILE = ROOT / "docker" / "trainer.Dockerfile"
+
+
+def build_trainer_cpu(verbose: bool = True) -> ImageFacts:
+    """The trainer image's `cpu` target (the local backend's stack from requirements.lock, about 7 GB: PyPI's torch
+    is the CUDA build) on the local base, passed as its CPU_BASE build argument. Not part of `make images`."""
+    key = image_key(TRAINER_DOCKERFILE)
+    bud = ["--target", "cpu", "-f", str(TRAINER_DOCKERFILE), str(ROOT)]
+    return _build("localhost/mmrl-trainer-cpu", key, bud, base_needed=True, verbose=verbose, base_arg="CPU_BASE")
 
 
 # KubeRay's own image is built by its project from ray-operator/Dockerfile (a distroless static base, user 65532).

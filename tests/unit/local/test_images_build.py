@@ -18,7 +18,8 @@ def test_copy_sources_are_the_context_paths_each_dockerfile_takes() -> None:
     trainer = (ROOT / "docker" / "trainer.Dockerfile").read_text()
     assert images_build.copy_sources(operator) == ["requirements.lock", "api/mmrl_api/", "operator/mmrl_operator/"]
     # SkyRL's source comes from a git URL, not the context.
-    assert images_build.copy_sources(trainer) == ["docker/trainer-pins.txt", "api/mmrl_api/", "trainer/mmrl_trainer/"]
+    expected = ["api/mmrl_api/", "trainer/mmrl_trainer/", "requirements.lock", "docker/trainer-pins.txt"]
+    assert images_build.copy_sources(trainer) == expected
 
 
 def _context(tmp_path: Path) -> Path:

@@ -97,13 +97,32 @@ def _stages(instructions: list[Instruction]) -> list[str]:
     return names
 
 
+def _global_args(instructions: list[Instruction]) -> dict[str, str]:
+    """The defaults of the ARGs before the first FROM, which FROM lines may use."""
+    defaults: dict[str, str] = {}
+    for ins in instructions:
+        if ins.keyword == "FROM":
+            break
+        if ins.keyword == "ARG" and "=" in ins.args:
+            name, _, value = ins.args.partition("=")
+            defaults[name.strip()] = value.strip().strip('"')
+    return defaults
+
+
+def _expand(image: str, defaults: dict[str, str]) -> str:
+    """A FROM image with its global build arguments at their defaults (left as they are without one)."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: defaults.get(m[1] or m[2], m[0]), image)
+
+
 def _external_images(instructions: list[Instruction]) -> list[tuple[str, int]]:
-    """Every image a Dockerfile pulls: FROM bases and `--from=` sources that are not its own stages."""
+    """Every image a Dockerfile pulls: FROM bases (global build arguments at their defaults, which is what a build
+    without --build-arg pulls) and `--from=` sources that are not its own stages."""
     stages = set(_stages(instructions))
+    defaults = _global_args(instructions)
     images: list[tuple[str, int]] = []
     for ins in instructions:
         if ins.keyword == "FROM":
-            images.append((ins.args.split()[0], ins.line))
+            images.append((_expand(ins.args.split()[0], defaults), ins.line))
         sources = [_flag(ins, "from")] if ins.keyword == "COPY" else []
         if ins.keyword == "RUN":
             sources += re.findall(r"(?:^|,)from=([^,\s]+)", " ".join(ins.flags))
@@ -138,16 +157,32 @@ def test_every_base_image_a_dockerfile_names_is_pinned_by_tag_and_never_to_lates
         "FROM python\n",
         "FROM python:latest\n",
         "FROM ghcr.io/acme/base\n",
-        "ARG TAG=3.12\nFROM python:${TAG}\n",
+        "ARG TAG\nFROM python:${TAG}\n",
+        "ARG BASE=python:latest\nFROM ${BASE}\n",
         "FROM python:3.12.16-slim AS a\nFROM a\nCOPY --from=ghcr.io/astral-sh/uv:latest /uv /bin/uv\n",
         "FROM python:3.12.16-slim\nRUN --mount=type=bind,from=alpine,target=/x true\n",
     ],
-    ids=["untagged", "latest", "untagged-registry", "build-arg", "copy-from-latest", "mount-from-untagged"],
+    ids=[
+        "untagged",
+        "latest",
+        "untagged-registry",
+        "build-arg-without-default",
+        "build-arg-defaults-to-latest",
+        "copy-from-latest",
+        "mount-from-untagged",
+    ],
 )
 def test_an_unpinned_base_image_in_a_dockerfile_is_reported(tmp_path: Path, text: str) -> None:
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(text)
     assert pinning_problems(parse(dockerfile))
+
+
+def test_a_base_from_a_build_argument_counts_by_its_default(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("ARG BASE=python:3.12.16-slim-bookworm\nFROM ${BASE} AS cpu\n")
+    assert _external_images(parse(dockerfile)) == [("python:3.12.16-slim-bookworm", 2)]
+    assert pinning_problems(parse(dockerfile)) == []
 
 
 def test_a_registry_port_a_stage_name_scratch_and_a_digest_count_as_pinned(tmp_path: Path) -> None:
@@ -233,6 +268,25 @@ def test_a_root_or_shell_form_dockerfile_is_reported(tmp_path: Path, text: str) 
     assert user_problems(parse(dockerfile))
 
 
+def stage(instructions: list[Instruction], name: str) -> list[Instruction]:
+    """The instructions of the stage ``FROM ... AS name``, up to the next FROM."""
+    start = next(i for i, ins in enumerate(instructions) if ins.keyword == "FROM" and ins.args.split()[-1] == name)
+    end = next((i for i in range(start + 1, len(instructions)) if instructions[i].keyword == "FROM"), None)
+    return instructions[start:end]
+
+
+def test_the_trainer_dockerfiles_cpu_target_also_runs_as_a_numeric_non_root_user() -> None:
+    assert user_problems(stage(parse(TRAINER), "cpu")) == []
+
+
+def test_both_trainer_targets_take_mmrl_from_one_stage() -> None:
+    """What mmrl adds is the `mmrl` stage's, copied whole into each target: the targets cannot drift apart."""
+    instructions = parse(TRAINER)
+    for target in ("cpu", "gpu"):
+        copies = [ins for ins in stage(instructions, target) if ins.keyword == "COPY" and _flag(ins, "from") == "mmrl"]
+        assert [ins.args for ins in copies] == ["/opt/mmrl /opt/mmrl"], target
+
+
 def test_the_operator_dockerfile_entrypoint_starts_the_operator() -> None:
     entrypoints = [ins for ins in parse(OPERATOR) if ins.keyword == "ENTRYPOINT"]
     assert len(entrypoints) == 1
@@ -268,7 +322,7 @@ def _copy_sources(instructions: list[Instruction]) -> list[tuple[str, int]]:
 # What each image may take from the build context: its own package, the shared API package, and (operator) the lock.
 IMAGE_CONTENT = {
     OPERATOR: {"requirements.lock", "api/mmrl_api", "operator/mmrl_operator"},
-    TRAINER: {"api/mmrl_api", "trainer/mmrl_trainer", "docker/trainer-pins.txt"},
+    TRAINER: {"api/mmrl_api", "trainer/mmrl_trainer", "docker/trainer-pins.txt", "requirements.lock"},
 }
 
 
