@@ -388,7 +388,8 @@ class Run:
             lambda: self.settled(start),
             NODE_LOSS_SECONDS,
             interval=0.5,
-            what=(
+            # A callable, asked when the wait runs out: the timelines as they are then, not as they were at the start.
+            what=lambda: (
                 f"the {self.side} side to settle after the head's node was replaced; RayCluster so far:\n"
                 f"{show(self.rec.timeline('rayclusters', CLUSTER, start))}\nRayJob so far:\n"
                 f"{show(self.rec.timeline('rayjobs', 'lost', start))}"
