@@ -1,11 +1,14 @@
 """Operator memory with many jobs and nodes, and its API calls per reconcile in steady state.
 
 N GPU nodes (fake ml.p5.48xlarge) are joined, then J jobs are created: R of them train (the KubeRay stand-in, in
-this process, run with `hang`, gives each a ready cluster with a head and a worker pod and a running first
-attempt) and the other J - R are suspended (`spec.suspend: true`: the operator holds and reconciles them, they own
-no children). All J pass through the operator's watches, caches and queue; the split keeps the ramp within
-minutes on 2 shared cores, where a working pass costs about a second (J = 1,000 all training did not reach steady
-state in 7 minutes: 338 jobs reconciled, 7 Running, operator RSS 189 MiB at that point).
+this process, run with `hang`, gives each a ready cluster with a head and a worker pod and a running first attempt),
+S of them serve (`inference.enabled`; their first attempt succeeds at once, so each ends Serving and owns its
+inference Deployment, with its ReplicaSet and pod, and Service, which the operator caches too; nothing answers their
+`/v1/models` on kwok's pods, so they stay AdapterNotListed and keep being probed) and the other J - R - S are
+suspended (`spec.suspend: true`: the operator holds and reconciles them, they own no children). All J pass through
+the operator's watches, caches and queue; the split keeps the ramp within minutes on 2 shared cores, where a working
+pass costs about a second (J = 1,000 all training did not reach steady state in 7 minutes: 338 jobs reconciled, 7
+Running, operator RSS 189 MiB at that point).
 
 The operator runs as its Deployment would, with the production resync period (30 s). Reported: its RSS (now and
 peak, from /proc) after start with the nodes, and in steady state; over a steady-state window, its API requests
@@ -15,7 +18,7 @@ against how many the resync asks. At the end, the operator is SIGKILLed and star
 (issue #32: restart -> first reconcile pass of an existing job): each restart is timed from the start to its
 metrics port, to its first pass and to a pass of every job.
 
-    python bench/memory.py [--jobs 1000] [--running 50] [--nodes 500] [--window 60] [--restarts 5]
+    python bench/memory.py [--jobs 1000] [--running 50] [--serving 50] [--nodes 500] [--window 60] [--restarts 5]
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ from tests.support.operator import Jobs
 
 NS = "mem"
 SUSPENDED = {"spec": {"suspend": True}}
+SERVING = {
+    "spec": {
+        "inference": {
+            "enabled": True,
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+        }
+    }
+}
 RESYNC_SECONDS = float(common.OPERATOR_ENV["MMRL_RESYNC_SECONDS"])
 OPERATOR_AGENTS = ("OpenAPI-Generator/", "kopf/")  # the kubernetes client inside the operator, and kopf's watches
 
@@ -49,9 +60,9 @@ def phases(api: client.ApiClient) -> collections.Counter:
     return collections.Counter((j.get("status") or {}).get("phase") for j in items)
 
 
-def steady(api: client.ApiClient, running: int, suspended: int) -> bool:
+def steady(api: client.ApiClient, running: int, serving: int, suspended: int) -> bool:
     seen = phases(api)
-    return seen["Running"] >= running and seen["Suspended"] >= suspended
+    return seen["Running"] >= running and seen["Serving"] >= serving and seen["Suspended"] >= suspended
 
 
 def audit_counts(path: Path, since: float, until: float) -> collections.Counter:
@@ -90,7 +101,8 @@ def restart(op: OperatorProcess, jobs: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--running", type=int, default=50, help="jobs that train; the rest are suspended")
+    parser.add_argument("--running", type=int, default=50, help="jobs that train")
+    parser.add_argument("--serving", type=int, default=50, help="jobs that succeed and serve; the rest are suspended")
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--window", type=float, default=60.0, help="steady-state seconds to count API calls over")
     parser.add_argument("--restarts", type=int, default=5, help="SIGKILL and start the operator this often at the end")
@@ -102,6 +114,7 @@ def main() -> int:
     result: dict[str, Any] = {"jobs": args.jobs, "nodes": args.nodes, "workdir": str(work)}
     with common.cluster(args.nodes, [NS], audit_log=audit) as (cp, api, _):
         standin = KubeRayStandIn(api, default_script="hang", namespaces={NS}, log_dir=work / "rayjobs", resync=5.0)
+        standin.script("v-*", "succeed-after=1")
         with standin, OperatorProcess(cp.kubeconfig, work / "operator.log", env=common.OPERATOR_ENV) as op:
             pid = op.proc.pid if op.proc else 0
             common.wait_for(lambda: common.metrics_up(op), 60, "operator metrics")
@@ -109,13 +122,18 @@ def main() -> int:
             result["rss_mib_with_nodes_only"] = common.rss_mib(pid)[0]
             jobs = Jobs(api, NS)
             t0 = time.monotonic()
-            run, held = args.running, args.jobs - args.running
+            run, serve = args.running, args.serving
+            held = args.jobs - run - serve
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(lambda i: jobs.create(common.bench_job(f"m-{i}")), range(run)))
+                list(pool.map(lambda i: jobs.create(common.bench_job(f"v-{i}", SERVING)), range(serve)))
                 list(pool.map(lambda i: jobs.create(common.bench_job(f"s-{i}", SUSPENDED)), range(held)))
-            common.wait_for(lambda: steady(api, run, held), 1800, f"{run} Running, {held} Suspended", 5.0)
+            mix = f"{run} Running, {serve} Serving, {held} Suspended"
+            common.wait_for(lambda: steady(api, run, serve, held), 1800, mix, 5.0)
             result["steady_after_seconds"] = round(time.monotonic() - t0, 1)
-            print(f"{run} jobs Running, {held} Suspended after {result['steady_after_seconds']}s", flush=True)
+            result["owned_deployments"] = len(client.AppsV1Api(api).list_namespaced_deployment(NS).items)
+            result["owned_services"] = len(client.CoreV1Api(api).list_namespaced_service(NS).items)
+            print(f"{mix} after {result['steady_after_seconds']}s", flush=True)
             time.sleep(10)  # let the last passes of the ramp drain
             r0, s0, w0 = op.metric(common.PASSES), time.time(), time.monotonic()
             samples = []
@@ -142,6 +160,7 @@ def main() -> int:
             "api_requests_per_reconcile": round(requests / max(reconciles, 1), 2),
             "api_requests_by_kind": dict(counts.most_common()),
             "running": args.running,
+            "serving": args.serving,
             "phases_at_end": at_end,
             "seconds": round(time.monotonic() - began, 1),
         }
