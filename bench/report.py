@@ -126,7 +126,8 @@ def section_recovery(r: dict[str, Any]) -> list[str]:
 def section_memory(r: dict[str, Any]) -> list[str]:
     kinds = ", ".join(f"{k}: {v}" for k, v in list(r["api_requests_by_kind"].items())[:10])
     return [
-        f"## Memory and API calls: {r['jobs']} jobs ({r.get('running', r['jobs'])} training, the rest suspended), "
+        f"## Memory and API calls: {r['jobs']} jobs ({r.get('running', r['jobs'])} training, "
+        f"{r.get('serving', 0)} serving, the rest suspended), "
         f"{r['nodes']} nodes (KubeRay stand-in)",
         "",
         f"- operator RSS with {r['nodes']} nodes and no job: {r['rss_mib_with_nodes_only']} MiB",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from kubernetes.dynamic import DynamicClient
 
+from mmrl_local.apply import apply_objects
 from mmrl_operator import crd
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
@@ -17,8 +17,7 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 
 def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
     body = yaml.safe_load(crd.crd_path(CRD_DIR).read_text())
-    crds = DynamicClient(api).resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    crds.server_side_apply(body=body, name=body["metadata"]["name"], field_manager="mmrl-local", force_conflicts=True)
+    apply_objects(api, [body])
     ext = client.ApiextensionsV1Api(api)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -33,10 +32,7 @@ def install_trainer_status_policy(api: client.ApiClient, timeout: float = 30.0) 
     """The admission policy that keeps trainers to their own status fields (mmrl_operator.policy)."""
     from mmrl_operator.policy import build_trainer_status_policy
 
-    dyn = DynamicClient(api)
-    for obj in build_trainer_status_policy():
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        res.server_side_apply(body=obj, name=obj["metadata"]["name"], field_manager="mmrl-local", force_conflicts=True)
+    apply_objects(api, build_trainer_status_policy())
     policy = build_trainer_status_policy()[0]
     admission = client.AdmissionregistrationV1Api(api)
     deadline = time.monotonic() + timeout

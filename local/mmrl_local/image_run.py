@@ -80,14 +80,9 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _runc(*args: str) -> list[str]:
+    """A runc command line on local/'s own state directory."""
+    return ["runc", "--root", str(RUNC_ROOT), *args]
 
 
 @functools.cache
@@ -100,9 +95,9 @@ def remove_stale(store: images_build.Storage) -> list[str]:
     for entry in (json.loads(listed.stdout or "null") or []) if listed.returncode == 0 else []:
         name = entry.get("containername") or ""
         parts = name.rsplit("-", 2)
-        if not name.startswith("mmrl-") or len(parts) != 3 or not parts[1].isdigit() or _alive(int(parts[1])):
+        if not name.startswith("mmrl-") or len(parts) != 3 or not parts[1].isdigit() or procs.pid_alive(int(parts[1])):
             continue
-        subprocess.run(["runc", "--root", str(RUNC_ROOT), "delete", "--force", name], capture_output=True)
+        subprocess.run(_runc("delete", "--force", name), capture_output=True)
         subprocess.run(store.cmd("rm", name), capture_output=True)
         removed.append(name)
     return removed
@@ -136,19 +131,20 @@ class ImageContainer:
             self.config.get("User", ""), security, _read(root / "etc" / "passwd"), _read(root / "etc" / "group")
         )
 
-    def spawn(self, spec: dict[str, Any], log: Path):
-        """Start runc in the foreground on ``spec`` (config.json); its process is this container's."""
+    def run_argv(self, spec: dict[str, Any]) -> list[str]:
+        """Write ``spec`` as the bundle's config.json; the command line that runs it in the foreground."""
         self.bundle.mkdir(parents=True, exist_ok=True)
         (self.bundle / "config.json").write_text(json.dumps(spec))
         RUNC_ROOT.mkdir(parents=True, exist_ok=True)
-        argv = ["runc", "--root", str(RUNC_ROOT), "run", "--bundle", str(self.bundle), self.container_id]
-        return procs.spawn(argv, log)
+        return _runc("run", "--bundle", str(self.bundle), self.container_id)
+
+    def spawn(self, spec: dict[str, Any], log: Path):
+        """Start runc in the foreground on ``spec``; its process is this container's."""
+        return procs.spawn(self.run_argv(spec), log)
 
     def pid(self) -> int | None:
         """The container's PID 1 as this machine sees it."""
-        state = subprocess.run(
-            ["runc", "--root", str(RUNC_ROOT), "state", self.container_id], capture_output=True, text=True
-        )
+        state = subprocess.run(_runc("state", self.container_id), capture_output=True, text=True)
         if state.returncode != 0:
             return None
         pid = json.loads(state.stdout).get("pid") or 0
@@ -156,9 +152,8 @@ class ImageContainer:
 
     def stop_runtime(self) -> None:
         """Kill whatever the container still runs and forget it in runc."""
-        runc = ["runc", "--root", str(RUNC_ROOT)]
-        subprocess.run([*runc, "kill", self.container_id, "KILL"], capture_output=True)
-        subprocess.run([*runc, "delete", "--force", self.container_id], capture_output=True)
+        subprocess.run(_runc("kill", self.container_id, "KILL"), capture_output=True)
+        subprocess.run(_runc("delete", "--force", self.container_id), capture_output=True)
 
     def _drop_working(self) -> None:
         if self._working is not None:
@@ -196,11 +191,10 @@ def run(
                 hostname="mmrl-image",
                 netns=None,
             )
-            (Path(bundle) / "config.json").write_text(json.dumps(spec))
-            RUNC_ROOT.mkdir(parents=True, exist_ok=True)
+            argv = container.run_argv(spec)
             started = time.monotonic()
             done = subprocess.run(
-                ["runc", "--root", str(RUNC_ROOT), "run", "--bundle", bundle, container.container_id],
+                argv,
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -21,7 +21,8 @@ class ImageNotPresent(LookupError):
 
 
 @functools.cache
-def _storage() -> images_build.Storage:
+def storage() -> images_build.Storage:
+    """The local image storage, probed once per process."""
     return images_build.storage()
 
 
@@ -31,7 +32,7 @@ def built_image(image: str) -> str | None:
     if not image.startswith(LOCAL_REGISTRY):
         return None
     try:
-        found = images_build.image_exists(_storage(), image)
+        found = images_build.image_exists(storage(), image)
     except (images_build.ImageBuildError, OSError) as err:
         raise ImageNotPresent(f"{image}: no local image storage ({err}); run make images") from err
     if not found:

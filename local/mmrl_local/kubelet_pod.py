@@ -31,7 +31,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from mmrl_local import etchosts, image_run, images, images_build, oci_spec, podnet, podrun, procs
+from mmrl_local import etchosts, image_run, images, oci_spec, podnet, podrun, procs
 from mmrl_local.clock import now_iso
 from mmrl_local.images import POD_HOME
 from mmrl_local.mountns import Mount
@@ -241,6 +241,7 @@ class PodWorker:
         except oci_spec.CreateContainerConfigError as err:
             return self._cannot_create(c, "CreateContainerConfigError", str(err))
         c.waiting = None
+        c.ports = {p["name"]: int(p["containerPort"]) for p in c.spec.get("ports") or [] if p.get("name")}
         c.started_at = now_iso()
         probe = c.spec.get("readinessProbe")
         c.readiness = ProbeState(probe) if probe and kind == "containers" else None
@@ -259,7 +260,7 @@ class PodWorker:
         assert self.sandbox is not None
         if c.oci is None or c.oci.image != image:
             bundle = self.workdir / kind / c.name / "bundle"
-            c.oci = image_run.ImageContainer(images_build.storage(), image, bundle, f"mmrl-{self.uid[:8]}-{c.name}")
+            c.oci = image_run.ImageContainer(images.storage(), image, bundle, f"mmrl-{self.uid[:8]}-{c.name}")
         oci = c.oci
         view = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, oci.env).view(self.pod, c.name)
         security = oci_spec.merged_security(self.pod["spec"], c.spec)
@@ -277,7 +278,6 @@ class PodWorker:
             netns=self.sandbox.netns_path,
         )
         c.view = view
-        c.ports = {p["name"]: int(p["containerPort"]) for p in c.spec.get("ports") or [] if p.get("name")}
         c.proc = oci.spawn(spec, self.workdir / "logs" / f"{c.name}.log")
 
     def _spawn_here(self, c: Container, kind: str) -> None:
@@ -301,7 +301,6 @@ class PodWorker:
         taken = {m.target for m in view.mounts}
         view.mounts += [m for m in own if m.target not in taken]
         c.view = view
-        c.ports = {p["name"]: int(p["containerPort"]) for p in c.spec.get("ports") or [] if p.get("name")}
         log_file = self.workdir / "logs" / f"{c.name}.log"
         root = self.workdir / "roots" / c.name
         c.proc = podrun.spawn_in_pod(

@@ -19,18 +19,18 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from kubernetes.dynamic import DynamicClient
 
 from mmrl_local import build, images_build, nodes, promtext
+from mmrl_local.apply import apply_objects
 from mmrl_local.images_build import ImageFacts
 from mmrl_local.kubelet import Kubelet
 from mmrl_local.kuberay_operator import install_rayservice_crd
+from mmrl_local.standin_cluster import pod_is_ready
 
 NAMESPACE = "kuberay-system"
 ROLE = "kuberay"  # the dedicated node's role
 SERVICE_ACCOUNT = "kuberay-operator"
 METRICS_PORT, PROBE_PORT = 8080, 8082
-FIELD_MANAGER = "mmrl-local"
 
 
 def cluster_role() -> dict[str, Any]:
@@ -122,28 +122,21 @@ class KubeRayInCluster:
         except client.ApiException as err:
             if err.status != 409:
                 raise
-        dyn = DynamicClient(self.api)
-        for obj in [*rbac(), deployment(self.name, self.image.image, self.namespaces)]:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            meta = obj["metadata"]
-            resource.server_side_apply(
-                body=obj, name=meta["name"], namespace=meta.get("namespace"), field_manager=FIELD_MANAGER
-            )
+        apply_objects(self.api, [*rbac(), deployment(self.name, self.image.image, self.namespaces)])
         self.node = nodes.create_dedicated_node(self.core, ROLE)
         self._wait_ready(timeout)
         return self
 
     def pod(self) -> client.V1Pod | None:
         selector = f"app.kubernetes.io/instance={self.name}"
-        pods = [p for p in self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items]
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
         return next((p for p in pods if not p.metadata.deletion_timestamp), None)
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             pod = self.pod()
-            conditions = (pod.status.conditions or []) if pod is not None else []
-            if any(c.type == "Ready" and c.status == "True" for c in conditions):
+            if pod is not None and pod_is_ready(self.api.sanitize_for_serialization(pod)):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(

@@ -19,6 +19,7 @@ from mmrl_local import nodes
 from mmrl_local.helm import CHART, Helm
 from mmrl_local.images_build import ImageFacts
 from mmrl_local.kubelet import Kubelet
+from mmrl_local.standin_cluster import pod_is_ready
 
 ROLE = "operator"  # the dedicated node's role: only the operator's pods tolerate it
 # The release namespace enforces the restricted Pod Security Standard, as docs/install.md asks of it.
@@ -70,10 +71,8 @@ class Release:
         return core.list_namespaced_pod(self.namespace, label_selector=selector).items
 
     def ready_pods(self, core: client.CoreV1Api) -> list[client.V1Pod]:
-        def ready(pod: client.V1Pod) -> bool:
-            return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
-
-        return [p for p in self.pods(core) if ready(p) and not p.metadata.deletion_timestamp]
+        """Running, Ready and not being deleted."""
+        return [p for p in self.pods(core) if pod_is_ready(core.api_client.sanitize_for_serialization(p))]
 
     def wait_ready(self, core: client.CoreV1Api, count: int, timeout: float = 180.0) -> list[client.V1Pod]:
         """Wait until ``count`` of the release's pods are Ready (their readiness probe: kopf's /healthz)."""

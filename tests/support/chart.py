@@ -14,6 +14,7 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
+from mmrl_local import apply
 from mmrl_local.helm import Helm
 from mmrl_operator.chart import CHART_DIR as CHART
 
@@ -36,19 +37,7 @@ def of_kind(objects: Iterable[dict[str, Any]], *kinds: str) -> list[dict[str, An
 
 def apply_objects(api: client.ApiClient, objects: Iterable[dict[str, Any]], dry_run: bool = False) -> None:
     """Server-side apply as an admin would; with `dry_run` the apiserver validates and admits but stores nothing."""
-    dyn = DynamicClient(api)
-    for obj in objects:
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        meta = obj["metadata"]
-        extra = {"dry_run": "All"} if dry_run else {}
-        res.server_side_apply(
-            body=obj,
-            name=meta["name"],
-            namespace=meta.get("namespace"),
-            field_manager="mmrl-test",
-            force_conflicts=True,
-            **extra,
-        )
+    apply.apply_objects(api, objects, field_manager="mmrl-test", dry_run=dry_run)
 
 
 def delete_objects(api: client.ApiClient, objects: Iterable[dict[str, Any]]) -> None:
