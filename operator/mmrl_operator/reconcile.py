@@ -118,7 +118,9 @@ def serve(d: Decision) -> None:
 def finished(d: Decision) -> None:
     ttl = d.spec.ttl_seconds_after_finished
     done = parse_ts(d.status.finished_at)
-    if ttl is not None and done is not None and d.obs.raycluster is not None:
+    # A cluster already terminating (our delete, before the watch reports it gone) is not deleted or announced again.
+    live = d.obs.raycluster is not None and not dig(d.obs.raycluster, "metadata", "deletionTimestamp")
+    if ttl is not None and done is not None and live:
         due = done + timedelta(seconds=ttl)
         if d.now >= due:
             d.delete_raycluster()

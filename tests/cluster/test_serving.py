@@ -117,6 +117,9 @@ def test_a_trained_job_serves_through_its_deployment_and_service(jobs, operator,
     assert "InferenceCreated" in jobs.events("geo")
     ray_pods = f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}!=inference"
     wait_until(lambda: not core.list_namespaced_pod(jobs.ns, label_selector=ray_pods).items, 60, what="Ray pods gone")
+    # The pass that deleted the cluster logs its line after its event and status write, later than the apiserver
+    # shows the cluster gone: count the steady passes from after that line.
+    wait_until(lambda: any(" deleted=1 " in x for x in passes(operator, jobs.ns)), 30, what="the ttl pass's line")
     steady_passes_write_nothing(operator, jobs.ns)
     # Scaled by hand: the Deployment's watch event wakes the job, and the pass sets the replicas back.
     client.AppsV1Api(api).patch_namespaced_deployment_scale("geo-inference", jobs.ns, {"spec": {"replicas": 3}})

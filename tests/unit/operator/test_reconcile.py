@@ -82,6 +82,12 @@ def test_success_finishes_and_ttl_deletes_cluster_later() -> None:
     assert early.delete == [] and early.requeue_after == 3590
     late = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0 + timedelta(seconds=3600))
     assert [(d.kind, d.name) for d in late.delete] == [("RayCluster", "geo")]
+    assert [e.reason for e in late.events] == ["ClusterDeleted"]
+    # Until the watch reports it gone, the cache holds it as terminating: no second DELETE, no second event.
+    terminating = ready_cluster(j)
+    terminating["metadata"]["deletionTimestamp"] = ts(T0 + timedelta(seconds=3600))
+    again = decide(j, 1, Observed(raycluster=terminating), T0 + timedelta(seconds=3601))
+    assert again.delete == [] and again.events == [] and again.requeue_after is None
 
 
 def test_application_failure_backs_off_then_retries_on_same_cluster() -> None:
