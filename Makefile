@@ -206,9 +206,9 @@ bench-compare: setup bins kuberay ## latency, recovery and memory: operator at B
 	$(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/after
 	$(VPY) bench/report.py
 
-# The control plane's binaries and KubeRay's are built at the same time (`build --kuberay`), not one after the other.
-kuberay: ## build (or reuse) the control plane binaries and the real KubeRay operator (ray-operator v1.5.1)
-	$(PYTHON) -m mmrl_local build --kuberay
+# The control plane's binaries are built while KubeRay's and Kueue's are (`build --kuberay --kueue`), not after them.
+kuberay: ## build (or reuse) the control plane binaries and the real KubeRay operator (v1.5.1) and Kueue (v0.17.0)
+	$(PYTHON) -m mmrl_local build --kuberay --kueue
 
 # The operator image from docker/operator.Dockerfile, with buildah (chroot isolation, no daemon) on a Debian python
 # base made with mmdebstrap (mmrl_local/images_build.py); buildah, mmdebstrap and runc come from apt when missing (root).

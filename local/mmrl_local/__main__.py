@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from mmrl_local import build, procs
+from mmrl_local import build, kueue_build, procs
 
 
 def state_dir() -> Path:
@@ -42,6 +42,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     # other leaves idle (each has its own cache key and lock, so nothing is built twice).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         kuberay = pool.submit(build.build_kuberay) if args.kuberay else None
+        kueue = pool.submit(kueue_build.binaries) if args.kueue else None
         bins = build.build()
         crd_dir = build.kuberay_crd_dir()
         print(f"binaries: {bins.dir}")
@@ -49,6 +50,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"ServiceMonitor CRD (chart tests): {build.servicemonitor_crd_path()}")
         if kuberay is not None:
             print(f"kuberay operator: {kuberay.result()}")
+        if kueue is not None:
+            print(f"kueue ({kueue_build.KUEUE_VERSION}): {kueue.result()}")
     return 0
 
 
@@ -191,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mmrl_local", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build (or reuse) the control plane binaries and fetch KubeRay's CRDs")
-    b.add_argument("--kuberay", action="store_true", help="also build the real KubeRay operator (bench/, one test)")
+    b.add_argument("--kuberay", action="store_true", help="also build the real KubeRay operator")
+    b.add_argument("--kueue", action="store_true", help="also build Kueue's controller and its webhook checks")
     sub.add_parser("images", help="build (or reuse) the operator image with buildah (docker/operator.Dockerfile)")
     up = sub.add_parser("up", help="start a control plane with fake HyperPod nodes and the KubeRay stand-in")
     up.add_argument("--detach", action="store_true", help="run in the background; stop with `down`")

@@ -79,17 +79,14 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def generate(directory: Path, clients: dict[str, str | None], server_ips: tuple[str, ...] = ()) -> Pki:
-    """Create the CA, serving cert, SA key pair and one client cert per ``{user: organization}``. The serving cert
-    is valid for loopback, the `kubernetes` Service and ``server_ips`` (where pods reach the apiserver)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_key = _key()
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    ca_subject = _name("mmrl-local-ca")
+    subject = _name(common_name)
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(ca_subject)
-        .issuer_name(ca_subject)
+        .subject_name(subject)
+        .issuer_name(subject)
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now)
@@ -98,6 +95,31 @@ def generate(directory: Path, clients: dict[str, str | None], server_ips: tuple[
         .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_cert, ca_key
+
+
+@dataclass(frozen=True)
+class ServingPems:
+    ca: bytes
+    cert: bytes
+    key: bytes
+
+
+def service_serving(ca_name: str, dns_names: list[str]) -> ServingPems:
+    """A CA of its own and a serving certificate it signed for ``dns_names``, in memory: what cert-manager's
+    self-signed issuer gives a webhook Service (the CA goes into caBundle, the pair into the Secret)."""
+    ca_cert, ca_key = _ca(ca_name)
+    key = _key()
+    cert = _sign(ca_cert, ca_key, _name(dns_names[0]), key, server=True, sans=[x509.DNSName(n) for n in dns_names])
+    pem = serialization.Encoding.PEM
+    return ServingPems(ca_cert.public_bytes(pem), cert.public_bytes(pem), _key_pem(key))
+
+
+def generate(directory: Path, clients: dict[str, str | None], server_ips: tuple[str, ...] = ()) -> Pki:
+    """Create the CA, serving cert, SA key pair and one client cert per ``{user: organization}``. The serving cert
+    is valid for loopback, the `kubernetes` Service and ``server_ips`` (where pods reach the apiserver)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert, ca_key = _ca("mmrl-local-ca")
     pem = serialization.Encoding.PEM
     serving_key = _key()
     sans = [

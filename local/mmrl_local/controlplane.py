@@ -252,6 +252,9 @@ class ControlPlane:
             # As on clusters that enable it: setting blockOwnerDeletion needs `update` on the owner's finalizers,
             # so the operator's RBAC is tested against the stricter rule.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            # Webhooks (Kueue's) are called at their Service's endpoints, the pod IP, not its cluster IP: nothing
+            # here routes cluster IPs from the host.
+            "--enable-aggregator-routing=true",
             f"--audit-policy-file={policy}",
             f"--audit-log-path={self.audit_log}",
             f"--service-account-issuer={SA_ISSUER}",

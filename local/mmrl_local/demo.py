@@ -6,7 +6,8 @@ offline Qwen3-VL, `kubectl apply -f examples/local.yaml` submits the job, the op
 RayJobs (installed with `helm install charts/mmrl-operator` from the image `make images` built, and run from that
 image by the local kubelet under the chart's ServiceAccount, RBAC and restricted pod security), and the REAL KubeRay
 operator (v1.5.1, in the cluster: its pod runs from an image of its binary) turns them into Ray pods and a submitter
-Job. The nodes are run by `kubelet`, so those pods run for real with their own commands: the head's `ray start
+Job, once the REAL Kueue (v0.17.0, in the cluster too) has admitted the RayCluster through a LocalQueue and
+ClusterQueue. The nodes are run by `kubelet`, so those pods run for real with their own commands: the head's `ray start
 --head`, the worker's `ray start --address=...`, the submitter's `ray job submit`, each in its pod's network, mount,
 UTS and PID namespaces; Ray's job manager starts the trainer as the job's driver on the head, where it reads its
 ConfigMap at /etc/mmrl, writes checkpoints to the claim at its mountPath and reports progress with the pod's
@@ -47,6 +48,7 @@ from mmrl_local import mlflow_server, nodes, storage
 from mmrl_operator.bounded_mlflow import TrackingReadError
 from mmrl_operator.jsonmerge import merge_patch
 from mmrl_operator.logs_cli import NoHeadPod, read_logs
+from mmrl_operator.names import raycluster_name
 from mmrl_operator.plot_cli import READ_TIMEOUT, from_mlflow
 from mmrl_operator.plot_cli import plot as plot_curves
 from mmrl_operator.status_cli import tracking_lines
@@ -57,6 +59,11 @@ EXAMPLE = REPO / "examples" / "local.yaml"
 # The demo serves its adapter only if training beat the untrained model on the held-out colours (measured at step 0
 # and at the end): the promotion gate of docs/serving.md, on the example job.
 PROMOTION_GATE = {"spec": {"inference": {"promoteWhen": {"beatsBaseline": True}}}}
+# `make demo` submits through Kueue, as HyperPod's task governance has teams do: a LocalQueue in the job's namespace
+# pointing at a ClusterQueue with room for the colour job and the maze job (their Ray pods ask for CPU and memory).
+DEMO_QUEUE = "hyperpod-ns-demo-localqueue"
+THROUGH_KUEUE = {"spec": {"cluster": {"kueue": {"queueName": DEMO_QUEUE}}}}
+DEMO_QUOTA = {"cpu": "8", "memory": "16Gi"}
 MODEL_ON_CLAIM = "models/tiny-qwen3-vl"  # where examples/local.yaml's pvc:// model URI points inside the claim
 ASK_TIMEOUT = 300  # seconds for the one question to vLLM (ask.py's client tries twice, 120 s each, then gives up)
 # `make demo MAZE=1` (`--maze`): a second job, examples/local.yaml turned into a multi-turn maze job (a merge patch,
@@ -125,6 +132,7 @@ class Summary:
     served: dict[str, Any] = field(default_factory=dict)
     """The serving step: adapter name, URL, vLLM args, the question, the answer and its latency."""
     kuberay: str = ""
+    kueue: str = ""
     submissions: dict[str, str] = field(default_factory=dict)
     promoted: str = ""
     """The Promoted condition's status and message (spec.inference.promoteWhen), when the job has a gate."""
@@ -137,6 +145,8 @@ class Summary:
             lines.append(
                 f"  KubeRay {self.kuberay} (the real operator, in the cluster) and Ray: each attempt a real Ray job"
             )
+        if self.kueue:
+            lines.append(f"  {self.kueue}")
         for a in self.attempts:
             why = f", stopped by {a['failure']} fault on {a.get('node')}" if a.get("failure") else ""
             resumed = f", resumed from step {a['resumedFromStep']}" if a.get("resumedFromStep") is not None else ""
@@ -225,6 +235,7 @@ class Demo:
         self.inference: Any = None
         self.submissions: dict[str, str] = {}  # RayJob name -> the Ray submission id KubeRay gave it
         self.checkpoint_at_fault = 0
+        self.kueue = ""  # how Kueue admitted the job, when it goes through a queue
         self.mlflow, self.mlflow_node, self.read_timeout = mlflow, mlflow_node, read_timeout
         self.mlflow_store = volume_dir.parent / "mlflow-store"  # the server's runs, on a claim of their own
 
@@ -368,6 +379,23 @@ class Demo:
             time.sleep(0.5)
         raise TimeoutError(f"{self.name}: {what} within {timeout:.0f}s; last status: {json.dumps(st)[:2000]}")
 
+    def wait_admitted(self, timeout: float) -> None:
+        """Until Kueue admitted the RayCluster's Workload (its RayCluster is created suspended until then)."""
+        from mmrl_local import kueue_incluster
+
+        def admitted(_: dict[str, Any]) -> dict[str, Any] | None:
+            workload = kueue_incluster.workload_of(self.custom, self.ns, raycluster_name(self.name))
+            cond = kueue_incluster.workload_condition(workload, "Admitted")
+            return workload if cond and cond["status"] == "True" else None
+
+        workload = self.wait(admitted, timeout, "Kueue to admit the job")
+        queue = self.doc["spec"]["cluster"]["kueue"]["queueName"]
+        self.kueue = (
+            f"Kueue admitted Workload {workload['metadata']['name']} from LocalQueue {queue} into ClusterQueue "
+            f"{workload['status']['admission']['clusterQueue']}"
+        )
+        self.say(self.kueue)
+
     def wait_for_checkpoint(self, timeout: float) -> int:
         """The first checkpoint the trainer sealed, read from the checkpoint directory on the volume."""
 
@@ -463,6 +491,7 @@ class Demo:
             timings=dict(self.timings),
             served=dict(self.served),
             submissions=dict(self.submissions),
+            kueue=self.kueue,
             promoted=f"Promoted={gate['status']}: {gate.get('message', '')}" if gate else "",
             logs=self.attempt_logs(st.get("attempts") or []),
         )
@@ -564,6 +593,8 @@ class Demo:
         if self.mlflow:
             self.start_mlflow()
         self.apply_job()
+        if self.doc["spec"]["cluster"].get("kueue"):
+            self.wait_admitted(timeout)
         if fault:
             step = self.wait_for_checkpoint(timeout)
             self.say(f"checkpoint step {step} sealed on the volume")
@@ -588,12 +619,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")  # and the same for the processes the demo starts
 
     from mmrl_api import constants
-    from mmrl_local import build, crds, images_build, operator_release
+    from mmrl_local import build, crds, images_build, kueue_build, operator_release
     from mmrl_local.controlplane import ControlPlane
     from mmrl_local.helm import Helm
     from mmrl_local.kubelet import Kubelet
     from mmrl_local.kuberay_incluster import NAMESPACE as KUBERAY_NAMESPACE
     from mmrl_local.kuberay_incluster import KubeRayInCluster
+    from mmrl_local.kueue_incluster import NAMESPACE as KUEUE_NAMESPACE
+    from mmrl_local.kueue_incluster import KueueInCluster, queues
 
     t0 = time.monotonic()
     out = args.out.resolve()
@@ -616,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         with (
             Kubelet(api, cp.pod_network, out / "pods") as kubelet,
             KubeRayInCluster(api, kubelet) as kuberay_pod,
+            KueueInCluster(api, kubelet, scoped=False) as kueue,
         ):
             # The operator as a platform team installs it: the chart (with its CRD and trainer-status policy) and
             # the image `make images` built, into a namespace that enforces the restricted Pod Security Standard.
@@ -639,14 +673,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{tracking} (kept for the MLflow server: no Ray pod tolerates its taint {mlflow_server.ROLE_LABEL})"
             )
             print(
-                "images: the operator and KubeRay run from their built images; the trainer, vLLM and MLflow pods "
-                "run from local environments that stand in for their images (mmrl_local/images.py)"
+                "images: the operator, KubeRay and Kueue run from their built images; the trainer, vLLM and MLflow "
+                "pods run from local environments that stand in for their images (mmrl_local/images.py)"
             )
             assert kuberay_pod.image is not None
             print(
                 f"KubeRay {build.KUBERAY_VERSION} runs in the cluster (namespace {KUBERAY_NAMESPACE}, from image "
                 f"{kuberay_pod.image.image}@{kuberay_pod.image.digest}, without --use-kubernetes-proxy: it reaches "
                 f"each Ray head by its Service's name); pods and logs in {out / 'pods'}"
+            )
+            assert kueue.image is not None
+            kueue.apply(queues(DEMO_QUEUE, "default", DEMO_QUOTA, preemption=False))
+            print(
+                f"Kueue {kueue_build.KUEUE_VERSION} runs in the cluster (namespace {KUEUE_NAMESPACE}, from image "
+                f"{kueue.image.image}@{kueue.image.digest}, its CRDs and webhooks installed); LocalQueue "
+                f"default/{DEMO_QUEUE} -> ClusterQueue {DEMO_QUEUE} "
+                f"({', '.join(f'{k} {v}' for k, v in DEMO_QUOTA.items())})"
             )
             demo = Demo(
                 api,
@@ -655,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
                 namespace="default",
                 volume_dir=work / "fsx",
                 out_dir=out,
+                overrides=THROUGH_KUEUE,
                 mlflow=True,
             )
             demo.timings["control plane up (from the start)"] = control_plane_up
@@ -671,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                     namespace="default",
                     volume_dir=work / "fsx",
                     out_dir=out / "maze",
-                    overrides=MAZE_JOB,
+                    overrides=merge_patch(MAZE_JOB, THROUGH_KUEUE),
                     gate=False,
                 )
                 maze_phase = maze.run(fault=False).phase

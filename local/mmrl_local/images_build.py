@@ -371,24 +371,33 @@ def build_trainer_cpu(verbose: bool = True) -> ImageFacts:
     return _build("localhost/mmrl-trainer-cpu", key, bud, base_needed=True, verbose=verbose, base_arg="CPU_BASE")
 
 
-# KubeRay's own image is built by its project from ray-operator/Dockerfile (a distroless static base, user 65532).
-# Here the same binary (`build.build_kuberay`, static, CGO off) goes into an image FROM scratch with that user.
-KUBERAY_CONTAINERFILE = """FROM scratch
-COPY kuberay-operator /manager
+# KubeRay's and Kueue's own images are built by their projects on a distroless static base, user 65532, the binary
+# at /manager. Here the same static binaries (CGO off) go into an image FROM scratch with that user.
+CONTROLLER_CONTAINERFILE = """FROM scratch
+COPY manager /manager
 USER 65532:65532
 ENTRYPOINT ["/manager"]
 """
 
 
-def build_kuberay(binary: Path, verbose: bool = True) -> ImageFacts:
-    """An image of the KubeRay operator binary ``binary`` (its cache directory names its build key)."""
-    key = _digest(RECIPE.encode(), KUBERAY_CONTAINERFILE.encode(), binary.parent.name.encode())[:12]
-    context = images_dir() / f"kuberay-context-{key}"
+def build_controller(repository: str, binary: Path, verbose: bool = True) -> ImageFacts:
+    """An image of the controller binary ``binary`` (its cache directory names its build key) as ``repository``."""
+    name = repository.rsplit("/", 1)[-1]
+    key = _digest(RECIPE.encode(), CONTROLLER_CONTAINERFILE.encode(), binary.parent.name.encode(), name.encode())[:12]
+    context = images_dir() / f"{name}-context-{key}"
     if not (context / "Containerfile").exists():
         tmp = Path(tempfile.mkdtemp(dir=images_dir()))
-        shutil.copy2(binary, tmp / "kuberay-operator")
-        (tmp / "Containerfile").write_text(KUBERAY_CONTAINERFILE)
+        shutil.copy2(binary, tmp / "manager")
+        (tmp / "Containerfile").write_text(CONTROLLER_CONTAINERFILE)
         shutil.rmtree(context, ignore_errors=True)
         tmp.rename(context)
     bud = ["-f", str(context / "Containerfile"), str(context)]
-    return _build("localhost/kuberay-operator", key, bud, base_needed=False, verbose=verbose)
+    return _build(repository, key, bud, base_needed=False, verbose=verbose)
+
+
+def build_kuberay(binary: Path, verbose: bool = True) -> ImageFacts:
+    return build_controller("localhost/kuberay-operator", binary, verbose)
+
+
+def build_kueue(binary: Path, verbose: bool = True) -> ImageFacts:
+    return build_controller("localhost/kueue", binary, verbose)

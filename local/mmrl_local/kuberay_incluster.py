@@ -12,9 +12,6 @@ KubeRay's image, no capabilities, read-only root) on a node kept for it.
 
 from __future__ import annotations
 
-import secrets
-import time
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,9 +20,9 @@ from kubernetes import client
 from mmrl_local import build, images_build, nodes, promtext
 from mmrl_local.apply import apply_objects
 from mmrl_local.images_build import ImageFacts
+from mmrl_local.incluster import InClusterController
 from mmrl_local.kubelet import Kubelet
 from mmrl_local.kuberay_operator import install_rayservice_crd
-from mmrl_local.standin_cluster import pod_is_ready
 
 NAMESPACE = "kuberay-system"
 ROLE = "kuberay"  # the dedicated node's role
@@ -104,73 +101,26 @@ def rbac() -> list[dict[str, Any]]:
     ]
 
 
-class KubeRayInCluster:
+class KubeRayInCluster(InClusterController):
     """``start()`` (or a context manager): the Deployment up and its pod Ready; ``stop()`` deletes it."""
 
+    NAMESPACE, ROLE, CONTAINER, WHAT = NAMESPACE, ROLE, "kuberay-operator", "the KubeRay operator"
+
     def __init__(self, api: client.ApiClient, kubelet: Kubelet, namespaces: list[str] | None = None) -> None:
-        self.api, self.kubelet, self.namespaces = api, kubelet, list(namespaces or [])
-        self.core, self.apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        self.name = f"kuberay-{secrets.token_hex(3)}"
+        super().__init__(api, kubelet, "kuberay")
+        self.namespaces = list(namespaces or [])
         self.image: ImageFacts | None = None
-        self.node: str | None = None
 
     def start(self, timeout: float = 120.0) -> KubeRayInCluster:
         self.image = images_build.build_kuberay(build.build_kuberay(verbose=False), verbose=False)
         install_rayservice_crd(self.api)
-        try:
-            self.core.create_namespace({"metadata": {"name": NAMESPACE}})
-        except client.ApiException as err:
-            if err.status != 409:
-                raise
+        self._ensure_namespace()
         apply_objects(self.api, [*rbac(), deployment(self.name, self.image.image, self.namespaces)])
-        self.node = nodes.create_dedicated_node(self.core, ROLE)
-        self._wait_ready(timeout)
+        self._place_and_wait(timeout)
         return self
-
-    def pod(self) -> client.V1Pod | None:
-        selector = f"app.kubernetes.io/instance={self.name}"
-        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
-        return next((p for p in pods if not p.metadata.deletion_timestamp), None)
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            pod = self.pod()
-            if pod is not None and pod_is_ready(self.api.sanitize_for_serialization(pod)):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the KubeRay operator's pod is not Ready after {timeout:.0f} s: {pod and pod.status}"
-                )
-            time.sleep(0.3)
-
-    @property
-    def log_path(self) -> Path | None:
-        """Where the kubelet writes the operator's container log."""
-        pod = self.pod()
-        worker = self.kubelet.workers.get(pod.metadata.uid) if pod is not None else None
-        return worker.workdir / "logs" / "kuberay-operator.log" if worker is not None else None
 
     def metric(self, name: str) -> float:
         pod = self.pod()
         if pod is None or not pod.status.pod_ip:
             raise OSError("the KubeRay operator's pod has no IP")
         return promtext.metric_sum(f"http://{pod.status.pod_ip}:{METRICS_PORT}/metrics", name)
-
-    def stop(self) -> None:
-        try:
-            self.apps.delete_namespaced_deployment(self.name, NAMESPACE, propagation_policy="Foreground")
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-        deadline = time.monotonic() + 60
-        while self.pod() is not None and time.monotonic() < deadline:
-            time.sleep(0.3)
-        if self.node is not None:
-            nodes.delete_node(self.core, self.node)
-
-    def __enter__(self) -> KubeRayInCluster:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

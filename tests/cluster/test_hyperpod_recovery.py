@@ -15,10 +15,11 @@ from mmrl_api import constants as c
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_local import hyperpod as hp
 from mmrl_local import nodes
+from mmrl_local.kueue_incluster import queues
 from mmrl_operator.names import config_map_name
 from tests.cluster.test_faults import ray_notices_later, ray_pod, start_training
-from tests.cluster.test_kueue import kueue_sets_suspend
 from tests.support.jobspecs import MULTI_NODE, cluster_job
+from tests.support.kueue import quota_for, set_active, workload_condition, workload_of
 from tests.support.operator import Jobs, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -83,24 +84,28 @@ def test_a_raycluster_deleted_under_a_running_attempt_is_recreated_and_resumes_o
 
 
 def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spending_any_budget(
-    jobs, operator, kuberay, hyperpod_nodes, custom
+    jobs, operator, kuberay, hyperpod_nodes, custom, kueue
 ):
+    """Through the real Kueue: an eviction (here a deactivated Workload; a preemption or Kueue's own pods-ready
+    timeout evict by the same suspension) and then HyperPod's task governance deleting the RayCluster, which it does
+    to preempt and to requeue a workload whose node outlasted its recovery timeout."""
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(1)
     kuberay.script("geo-a*", "hang,fail-on-node-loss")
     kuberay.script("geo-a3", "succeed-after=1")
-    jobs.create(cluster_job("geo", {"spec": {"cluster": {"kueue": {"queueName": "hyperpod-ns-team-localqueue"}}}}))
-    wait_until(lambda: jobs.ray_names("rayclusters") == ["geo"], 30, what="the RayCluster")
-    kueue_sets_suspend(custom, jobs.ns, "geo", False)  # admitted
+    queue = "hyperpod-ns-team-localqueue"
+    kueue.apply(queues(queue, jobs.ns, {"cpu": "0"}))  # no quota yet: admitted once it fits what the job asks
+    jobs.create(cluster_job("geo", {"spec": {"cluster": {"kueue": {"queueName": queue}}}}))
+    workload = wait_until(lambda: workload_of(custom, jobs.ns, "geo"), 30, what="Kueue's Workload")
+    kueue.apply(queues(queue, jobs.ns, quota_for(workload, times=2))[1:2])
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
     jobs.patch_status("geo", {"progress": {"step": 12, "lastCheckpoint": CHECKPOINT}})
 
-    # Kueue evicts a workload (a node replacement outlasted its recovery timeout, or a preemption) by
-    # suspending the RayCluster; KubeRay then deletes its pods. It readmits it later.
-    kueue_sets_suspend(custom, jobs.ns, "geo", True)
+    # Kueue evicts the workload by suspending the RayCluster; KubeRay then deletes its pods. Readmitted later.
+    set_active(custom, jobs.ns, "geo", False)
     wait_until(lambda: jobs.status("geo")["attempts"][0]["result"] == "Stopped", 30, what="attempt 1 stopped")
-    assert jobs.status("geo")["phase"] == "Queued"
-    kueue_sets_suspend(custom, jobs.ns, "geo", False)
+    assert jobs.status("geo")["phase"] == "Queued" and workload_condition(custom, jobs.ns, "geo", "Evicted") == "True"
+    set_active(custom, jobs.ns, "geo", True)
     wait_until(
         lambda: jobs.status("geo").get("attempt") == 2 and jobs.condition("geo", "Training") == "True",
         60,

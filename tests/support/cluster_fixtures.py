@@ -30,6 +30,7 @@ from mmrl_local.forkserver import ForkServer
 from mmrl_local.kubelet import Kubelet
 from mmrl_local.kuberay_incluster import KubeRayInCluster
 from mmrl_local.kuberay_standin import KubeRayStandIn
+from mmrl_local.kueue_incluster import KueueInCluster
 from mmrl_local.operator_process import FORKSERVER_ENV, PREIMPORT
 from mmrl_local.podnet import PodNetwork
 from tests.support.chart import Helm
@@ -72,27 +73,27 @@ def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client)
 
 
+# The namespaced kinds whose controllers (KubeRay, Kueue) put finalizers on objects, and may be stopped first.
+FINALIZED = [(c.RAY_GROUP, c.RAY_VERSION, "rayjobs"), (c.RAY_GROUP, c.RAY_VERSION, "rayclusters")]
+FINALIZED.append(("kueue.x-k8s.io", "v1beta2", "workloads"))
+
+
 def release_ray_finalizers(custom: client.CustomObjectsApi, namespace: str) -> None:
-    """Drop the finalizers KubeRay (or the strict stand-in, which adds KubeRay's) left on the namespace's Ray objects.
-    In a cluster KubeRay keeps running and removes them when a RayJob is deleted; a test stops its KubeRay before its
-    namespace goes, so without this the namespace stays Terminating for the rest of the run, and the namespace
-    controller retries it (a LIST and a DELETE of every resource type each time) until the apiserver is busy with
-    nothing else."""
-    for plural in ("rayjobs", "rayclusters"):
+    """Drop the finalizers KubeRay (or the strict stand-in, which adds KubeRay's) and Kueue left on the namespace's
+    Ray objects and Workloads. In a cluster they keep running and remove them when an object is deleted; a test stops
+    its controllers before its namespace goes, so without this the namespace stays Terminating for the rest of the
+    run, and the namespace controller retries it (a LIST and a DELETE of every resource type each time) until the
+    apiserver is busy with nothing else."""
+    for group, version, plural in FINALIZED:
         try:
-            items = custom.list_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, namespace, plural)["items"]
+            items = custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
         except client.exceptions.ApiException:
-            continue  # the KubeRay CRDs are not installed
+            continue  # the CRD is not installed
         for item in items:
             if item["metadata"].get("finalizers"):
                 with contextlib.suppress(client.exceptions.ApiException):
                     custom.patch_namespaced_custom_object(
-                        c.RAY_GROUP,
-                        c.RAY_VERSION,
-                        namespace,
-                        plural,
-                        item["metadata"]["name"],
-                        {"metadata": {"finalizers": None}},
+                        group, version, namespace, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
                     )
 
 
@@ -233,6 +234,28 @@ def real_ray(
         KubeRayInCluster(api_client, kubelet, namespaces=[namespace]) as kuberay,
     ):
         yield RealRay(kubelet, kuberay)
+    assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
+
+
+@pytest.fixture
+def kueue(
+    control_plane: ControlPlane,
+    pod_network: PodNetwork,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    tmp_path: Path,
+) -> Iterator[KueueInCluster]:
+    """The REAL Kueue (v0.17.0) in the cluster, its controller's pod run from its image by the local kubelet,
+    managing this test's namespace (only: its Ray webhooks see no other). Queues and priority classes made with
+    ``kueue.apply`` are removed afterwards."""
+    with (
+        Kubelet(api_client, pod_network, tmp_path / "kueue-pods") as kubelet,
+        KueueInCluster(api_client, kubelet) as running,
+    ):
+        running.label_namespace(namespace)
+        yield running
+        release_ray_finalizers(custom, namespace)
     assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
 
 
