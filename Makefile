@@ -56,7 +56,7 @@ $(STAMP):
 	touch $@
 
 setup: $(STAMP) $(VENV)/.mmrl-bytecode ## create/reuse the cached virtualenv and install this checkout into it (editable)
-	@$(VENV)/bin/uv pip install --python $(VPY) --quiet --no-deps --no-build-isolation -e .
+	@$(VENV)/bin/uv pip install --python $(VPY) --quiet --no-deps --no-build-isolation -e . -e local/
 	@ln -sfn $(VENV) .venv
 
 # Python 3.11 (this machine's python3) is enough for the parts of SkyRL the tests run; SkyRL's pydantic models need
@@ -108,12 +108,12 @@ bins: ## build (or reuse) the local control plane binaries and fetch the KubeRay
 	$(PYTHON) -m mmrl_local build
 
 crds: setup ## regenerate crds/ and the chart's CRD, RBAC and policy templates from the code
-	$(VPY) -m mmrl_operator.crd --out crds/
-	$(VPY) -m mmrl_operator.chart --out charts/mmrl-operator
+	$(VPY) -m mmrl_operator.codegen.crd --out crds/
+	$(VPY) -m mmrl_operator.codegen.chart --out charts/mmrl-operator
 
 crds-check: setup ## fail when crds/ or a generated chart template differs from what the code generates
-	$(VPY) -m mmrl_operator.crd --check crds/
-	$(VPY) -m mmrl_operator.chart --check charts/mmrl-operator
+	$(VPY) -m mmrl_operator.codegen.crd --check crds/
+	$(VPY) -m mmrl_operator.codegen.chart --check charts/mmrl-operator
 
 HELM = $(shell $(VPY) -c 'from mmrl_local import build; print(build.build(verbose=False)["helm"])')
 

@@ -36,7 +36,7 @@ from kubernetes import client, watch  # noqa: E402
 from mmrl_local import nodes  # noqa: E402
 from mmrl_local.controlplane import ControlPlane  # noqa: E402
 from mmrl_local.crd_install import install_mmrl_crd  # noqa: E402
-from mmrl_operator.jsonmerge import merge_patch  # noqa: E402
+from mmrl_operator.core.jsonmerge import merge_patch  # noqa: E402
 from tests.support.jobspecs import cluster_job  # noqa: E402
 
 RESULTS = ROOT / "bench" / "out"

@@ -77,7 +77,7 @@ class Profiler:
 
 def where(frames: list[str]) -> str:
     """What a sample was doing: the innermost operator function, else which part of kopf or the runtime."""
-    mine = [f for f in frames if "mmrl_operator/" in f and "(mmrl_operator/run.py" not in f and "cli.py" not in f]
+    mine = [f for f in frames if "mmrl_operator/" in f and "mmrl_operator/runtime/run.py" not in f and "/cli/" not in f]
     if mine:
         return mine[-1]
     if any("kopf/" in f for f in frames):

@@ -21,7 +21,7 @@ from tests.support import misbehaving_server
 READ = """
 import json, sys, time
 from kubernetes import client
-from mmrl_operator.service_proxy import api_request, proxy_json
+from mmrl_operator.runtime.service_proxy import api_request, proxy_json
 
 def peak():
     return int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:"))) // 1024

@@ -27,7 +27,7 @@ import common
 from mmrl_local import nodes
 from mmrl_local.kuberay_standin import KubeRayStandIn
 from mmrl_local.operator_process import OperatorProcess
-from mmrl_operator.observed import raycluster_ready
+from mmrl_operator.core.observed import raycluster_ready
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, wait_until
 

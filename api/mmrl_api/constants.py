@@ -62,6 +62,7 @@ TRAINER_RAY_VERSION = "2.56.0"
 # --- Kueue / HyperPod task governance -------------------------------------------------------------------
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 
 # --- SageMaker HyperPod node signals --------------------------------------------------------------------
 HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"

@@ -11,8 +11,8 @@ import logging
 import os
 import threading
 
-from mmrl_operator import cli
-from mmrl_operator.kube import Kube
+from mmrl_operator.cli.main import main
+from mmrl_operator.runtime.kube import Kube
 
 CRASH_AFTER_WRITES = "MMRL_CRASH_AFTER_WRITES"
 EXIT_CODE = 137  # what a SIGKILLed process's shell reports
@@ -36,4 +36,4 @@ def install(after: int) -> None:
 
 if __name__ == "__main__":
     install(int(os.environ[CRASH_AFTER_WRITES]))
-    raise SystemExit(cli.main())
+    raise SystemExit(main())

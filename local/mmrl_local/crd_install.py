@@ -10,7 +10,7 @@ import yaml
 from kubernetes import client
 
 from mmrl_local.apply import apply_objects
-from mmrl_operator import crd
+from mmrl_operator.codegen import crd
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 
@@ -29,8 +29,9 @@ def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
 
 
 def install_trainer_status_policy(api: client.ApiClient, timeout: float = 30.0) -> None:
-    """The admission policy that keeps trainers to their own status fields (mmrl_operator.policy)."""
-    from mmrl_operator.policy import build_trainer_status_policy
+    """The admission policy that keeps trainers to their own status fields
+    (mmrl_operator.codegen.trainer_status_policy)."""
+    from mmrl_operator.codegen.trainer_status_policy import build_trainer_status_policy
 
     apply_objects(api, build_trainer_status_policy())
     policy = build_trainer_status_policy()[0]

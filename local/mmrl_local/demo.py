@@ -45,13 +45,13 @@ from kubernetes.client.exceptions import ApiException
 
 from mmrl_api import constants as c
 from mmrl_local import mlflow_server, nodes, storage
-from mmrl_operator.bounded_mlflow import TrackingReadError
-from mmrl_operator.jsonmerge import merge_patch
-from mmrl_operator.logs_cli import NoHeadPod, read_logs
-from mmrl_operator.names import raycluster_name
-from mmrl_operator.plot_cli import READ_TIMEOUT, from_mlflow
-from mmrl_operator.plot_cli import plot as plot_curves
-from mmrl_operator.status_cli import tracking_lines
+from mmrl_operator.cli.bounded_mlflow import TrackingReadError
+from mmrl_operator.cli.logs import NoHeadPod, read_logs
+from mmrl_operator.cli.plot import READ_TIMEOUT, from_mlflow
+from mmrl_operator.cli.plot import plot as plot_curves
+from mmrl_operator.cli.status import tracking_lines
+from mmrl_operator.core.jsonmerge import merge_patch
+from mmrl_operator.core.names import raycluster_name
 from mmrl_trainer import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from mmrl_operator.chart import CHART_DIR as CHART
+from mmrl_operator.codegen.chart import CHART_DIR as CHART
 
 
 class HelmError(RuntimeError):

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support.corpus import bad_cases, bad_manifest, example, good_cases
 
 pytestmark = pytest.mark.cluster

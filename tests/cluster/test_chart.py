@@ -18,10 +18,11 @@ from mmrl_api import constants as c
 from mmrl_local import build, crds
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.operator_release import RESTRICTED
-from mmrl_operator import chart, rbac
-from mmrl_operator.crd import build_crd
-from mmrl_operator.policy import POLICY_NAME
-from mmrl_operator.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
+from mmrl_operator.codegen import chart
+from mmrl_operator.codegen.crd import build_crd
+from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
+from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
+from mmrl_operator.runtime import permissions as rbac
 from tests.support.chart import CHART, Helm, apply_objects, of_kind
 from tests.support.operator import wait_until
 

@@ -23,8 +23,8 @@ from mmrl_api import constants as c
 from mmrl_local import mlflow_server, storage
 from mmrl_local.demo import Demo
 from mmrl_local.kubelet import Kubelet
-from mmrl_operator.plot_cli import from_mlflow
-from mmrl_operator.render import as_submitted, render_objects
+from mmrl_operator.cli.plot import from_mlflow
+from mmrl_operator.cli.render import as_submitted, render_objects
 from tests.support.demo import make_demo as demo_on
 from tests.support.operator import Jobs, wait_until
 

@@ -16,7 +16,7 @@ from mmrl_api.trainer_config import TrainerConfig
 from mmrl_local import hyperpod as hp
 from mmrl_local import nodes
 from mmrl_local.kueue_incluster import queues
-from mmrl_operator.names import config_map_name
+from mmrl_operator.core.names import config_map_name
 from tests.cluster.test_faults import ray_notices_later, ray_pod, start_training
 from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.kueue import quota_for, set_active, workload_condition, workload_of
@@ -115,6 +115,7 @@ def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spend
     # HyperPod's task governance preempts by deleting the whole RayCluster, head included.
     before = cluster_uid(jobs)
     delete_raycluster(custom, jobs.ns, "geo")
+    # Recreated once Kueue has removed the deleted cluster's Workload (Observed.kueue_leftover says why).
     assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
     status = jobs.status("geo")
     assert [(a["cause"], a["result"], a.get("failure")) for a in status["attempts"]] == [

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from mmrl_api import constants as c
-from mmrl_operator.caches import PODS, RAYJOBS, Caches
-from mmrl_operator.informer import Informer
-from mmrl_operator.kube import Kube
+from mmrl_operator.runtime.caches import PODS, RAYJOBS, Caches
+from mmrl_operator.runtime.informer import Informer
+from mmrl_operator.runtime.kube import Kube
 from tests.cluster.ray_factories import RAY, rayjob
 
 pytestmark = pytest.mark.cluster

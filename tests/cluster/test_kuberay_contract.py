@@ -22,7 +22,7 @@ recorded), so nothing a scenario caused is left for the next one.
 
 Recorded: watches on the test namespace's RayJobs and RayClusters (a watch sees every write, so a status KubeRay
 held for less than any poll interval is still seen), reduced per object to the sequence of distinct tuples of what
-the operator reads (``mmrl_operator.observed``, ``faults.previous_attempt_lingers``), consecutive duplicates
+the operator reads (``mmrl_operator.core.observed``, ``faults.previous_attempt_lingers``), consecutive duplicates
 collapsed:
 
 - RayJob: present / being deleted (deletionTimestamp, which the operator waits out) / gone, ``jobDeploymentStatus``,
@@ -73,7 +73,7 @@ from kubernetes.client.rest import ApiException
 
 from mmrl_api.spec import TrainerSpec
 from mmrl_local import procs
-from mmrl_operator.observed import raycluster_ready
+from mmrl_operator.core.observed import raycluster_ready
 from tests.cluster.ray_factories import RAY, raycluster, rayjob
 from tests.support.kuberay_views import (
     VIEWS,

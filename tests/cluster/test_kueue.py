@@ -15,7 +15,7 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_local import kueue_webhook
 from mmrl_local.kueue_incluster import priority_class, queues
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.jsonmerge import merge_patch
 from tests.cluster.test_kueue_webhook import KUEUE_CASES, rendered_without_kueue_rules
 from tests.support.corpus import bad_manifest
 from tests.support.jobspecs import MULTI_NODE, cluster_job

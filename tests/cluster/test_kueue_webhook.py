@@ -15,8 +15,8 @@ import pytest
 
 from mmrl_api import MultimodalRLJob, WorkerGroup, parse_job
 from mmrl_local import kueue_webhook
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support.corpus import bad_cases, bad_manifest, example, good_cases
 
 pytestmark = pytest.mark.cluster

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mmrl_operator.rbac import ALL_VERBS, CORE, PERMISSIONS, RBAC, Rule
+from mmrl_operator.runtime.permissions import ALL_VERBS, CORE, PERMISSIONS, RBAC, Rule
 from tests.support.audit import requests_by
 from tests.support.chart import RBAC_KINDS, Helm, apply_objects, client_for, delete_objects, of_kind, token_kubeconfig
 from tests.support.jobspecs import cluster_job

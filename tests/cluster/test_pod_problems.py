@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mmrl_local import hyperpod as hp
-from mmrl_operator.status_cli import render_status
+from mmrl_operator.cli.status import render_status
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 

@@ -23,8 +23,8 @@ from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
 from mmrl_local import nodes, podnet, podrun, procs
 from mmrl_local.crd_install import install_mmrl_crd
-from mmrl_operator.builders.rbac import build_rbac
-from mmrl_operator.names import service_account_name
+from mmrl_operator.core.builders.rbac import build_rbac
+from mmrl_operator.core.names import service_account_name
 from tests.support.jobspecs import cluster_job
 from tests.support.polling import wait_until
 

@@ -10,7 +10,7 @@ from kubernetes import dynamic
 
 from mmrl_api import validate_manifest
 from mmrl_local import storage
-from mmrl_operator.render import as_submitted, render_objects
+from mmrl_operator.cli.render import as_submitted, render_objects
 from tests.support.corpus import example
 from tests.support.operator import wait_until
 

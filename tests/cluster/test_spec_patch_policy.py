@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support import polling
 from tests.support.chart import CHART, Helm
 from tests.support.corpus import example

@@ -21,9 +21,9 @@ from kubernetes import client
 from mmrl_local import mlflow_server, podnet
 from mmrl_local.demo import Demo
 from mmrl_local.operator_release import Release
-from mmrl_operator.chat_cli import ask
-from mmrl_operator.logs_cli import read_logs
-from mmrl_operator.plot_cli import from_tensorboard
+from mmrl_operator.cli.chat import ask
+from mmrl_operator.cli.logs import read_logs
+from mmrl_operator.cli.plot import from_tensorboard
 from mmrl_trainer.adapter import check_adapter_dir, sha256_file
 from mmrl_trainer.synthetic import COLOURS, QUESTION
 from tests.support.demo import make_demo

@@ -60,7 +60,7 @@ def test_operator_image_holds_no_compiler(image, config) -> None:
 def test_operator_image_cannot_import_torch(image) -> None:
     code = (
         "import importlib.metadata as md, importlib.util, json, sys; "
-        "import mmrl_operator.cli, mmrl_operator.run; "
+        "import mmrl_operator.cli.main, mmrl_operator.runtime.run; "
         "print(json.dumps({"
         "'spec': str(importlib.util.find_spec('torch')), "
         "'loaded': sorted(m for m in sys.modules if m.split('.')[0] == 'torch'), "

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mmrl_api import MultimodalRLJob
-from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 from tests.support.corpus import EXAMPLES, bad_manifest, example, good_cases
 from tests.support.skyrl import last_json, run_skyrl

@@ -15,9 +15,9 @@ from PIL import Image
 from mmrl_api import MultimodalRLJob
 from mmrl_api.context_budget import engine_max_model_len
 from mmrl_api.image_budget import image_budget
-from mmrl_operator.builders.inference import build_deployment, default_adapter
-from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.builders.inference import build_deployment, default_adapter
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 from mmrl_trainer.tiny import build_tiny_vlm
 from tests.support.corpus import example

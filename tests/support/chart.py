@@ -16,7 +16,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 
 from mmrl_local import apply
 from mmrl_local.helm import Helm
-from mmrl_operator.chart import CHART_DIR as CHART
+from mmrl_operator.codegen.chart import CHART_DIR as CHART
 
 __all__ = [
     "CHART",

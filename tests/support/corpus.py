@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.jsonmerge import merge_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

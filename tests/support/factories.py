@@ -7,7 +7,7 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_operator.health import node_verdict
+from mmrl_operator.core.health import node_verdict
 from tests.support.corpus import example, merge_patch
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support.corpus import example
 
 # A job on more than one worker node: admission refuses multi-node SkyRL with S3 checkpoints (its engines load each

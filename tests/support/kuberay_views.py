@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from mmrl_operator.observed import desired_workers, raycluster_ready, rayjob_outcome
+from mmrl_operator.core.observed import desired_workers, raycluster_ready, rayjob_outcome
 
 RAY_TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")  # a Ray job's terminal status
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from unittest import mock
 
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_operator.names import config_map_name
+from mmrl_operator.core.names import config_map_name
 from mmrl_trainer import checkpoint as ckpt
 from mmrl_trainer.progress import ProgressReporter, kube_patcher
 from tests.support.operator import Jobs

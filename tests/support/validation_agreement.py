@@ -26,7 +26,7 @@ from kubernetes import client
 
 from mmrl_api import JobSpec, validate_manifest
 from mmrl_api import constants as c
-from mmrl_operator import crd
+from mmrl_operator.codegen import crd
 from tests.support.corpus import example
 
 Path = tuple[str | int, ...]

@@ -10,7 +10,7 @@ import pytest
 import ray
 from ray import cluster_utils
 
-from mmrl_operator.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.raycluster import build_raycluster
 from tests.support.factories import job
 
 pytestmark = pytest.mark.trainer

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mmrl_api import validate_manifest
-from mmrl_operator.cli import validate_files
+from mmrl_operator.cli.main import validate_files
 from tests.support.corpus import bad_cases, bad_manifest
 
 CASES = bad_cases()

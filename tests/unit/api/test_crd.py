@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from mmrl_api.base import CEL_KEY
-from mmrl_operator import crd
+from mmrl_operator.codegen import crd
 from tests.support.corpus import ROOT
 
 CRD_FILE = crd.crd_path(ROOT / "crds")

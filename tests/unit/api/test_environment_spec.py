@@ -7,7 +7,7 @@ import json
 from mmrl_api import validate_manifest
 from mmrl_api.environment import DEFAULT_MAX_TURNS
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_operator.builders.trainer_config import build_config_map
+from mmrl_operator.core.builders.trainer_config import build_config_map
 from tests.support.factories import job
 
 MAZE = {"spec": {"dataset": {"reward": None, "environment": {"name": "maze", "params": {"size": "5"}}}}}

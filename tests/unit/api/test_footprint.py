@@ -11,8 +11,8 @@ from mmrl_api import MultimodalRLJob
 from mmrl_api.architecture import REFERENCE_MODELS, Architecture
 from mmrl_api.footprint import ADAMW_STATES, FP32_BYTES, checkpoint_footprint, footprint_of, model_size
 from mmrl_api.spec import LoRASpec, ModelSpec
-from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_operator.cli import validate_files
+from mmrl_operator.cli.main import validate_files
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from tests.support.corpus import EXAMPLES, example
 
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -92,9 +92,9 @@ def test_mmrl_validate_prints_the_footprint_per_file() -> None:
 
 
 def test_the_operator_writes_the_footprint_into_the_jobs_status_and_mmrl_status_shows_it() -> None:
-    from mmrl_operator.observed import Observed
-    from mmrl_operator.reconcile import decide
-    from mmrl_operator.status_cli import render_status
+    from mmrl_operator.cli.status import render_status
+    from mmrl_operator.core.decide import decide
+    from mmrl_operator.core.observed import Observed
     from tests.support.factories import T0, job
 
     j = job()  # examples/job.yaml: Qwen3-VL-8B, rank 32, keep 3

@@ -17,8 +17,8 @@ from mmrl_api.architecture import Architecture
 from mmrl_api.context_budget import spec_max_model_len
 from mmrl_api.gpus import H200, INSTANCE_TYPES
 from mmrl_api.memory_plan import PROCESS_OVERHEAD, TRAINING_SHARE, GiB, PlanInputs, plan, spec_plan
-from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_operator.cli import validate_files
+from mmrl_operator.cli.main import validate_files
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from tests.support.corpus import example
 
 MEASURED = Path(__file__).resolve().parents[3] / "bench" / "measured"
@@ -139,9 +139,9 @@ def test_local_backend_plan_is_within_10_percent_of_the_measured_h200_peak(row: 
 
 
 def test_the_operator_writes_the_plan_into_the_jobs_status_and_mmrl_status_shows_it() -> None:
-    from mmrl_operator.observed import Observed
-    from mmrl_operator.reconcile import decide
-    from mmrl_operator.status_cli import render_status
+    from mmrl_operator.cli.status import render_status
+    from mmrl_operator.core.decide import decide
+    from mmrl_operator.core.observed import Observed
     from tests.support.factories import T0, job
 
     j = job()  # examples/job.yaml: Qwen3-VL-8B on ml.p5.48xlarge

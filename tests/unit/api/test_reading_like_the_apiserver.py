@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mmrl_api import validate_manifest
 from mmrl_api.job import as_apiserver_reads
-from mmrl_operator import crd
+from mmrl_operator.codegen import crd
 from tests.support.corpus import example
 
 

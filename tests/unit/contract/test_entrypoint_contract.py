@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from mmrl_api import contract
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.builders.rayjob import build_rayjob
-from mmrl_operator.builders.trainer_config import build_config_map
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.rayjob import build_rayjob
+from mmrl_operator.core.builders.trainer_config import build_config_map
 from mmrl_trainer.__main__ import main, parse_args
 from tests.support.factories import job
 

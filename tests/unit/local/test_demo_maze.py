@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mmrl_api import MultimodalRLJob
 from mmrl_local.demo import EXAMPLE, MAZE_JOB, PROMOTION_GATE, job_document, maze_success_line
-from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from mmrl_trainer.backends.local_episodes import loop_arguments
 from mmrl_trainer.envs import make_episode
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 from mmrl_api import JobStatus
 from mmrl_api import constants as c
 from mmrl_api.status import MAX_AVOIDED_NODES
-from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
-from mmrl_operator.observed import AVOIDED_NODES_ANNOTATION, Observed, PodInfo
-from mmrl_operator.reconcile import Plan, decide
+from mmrl_operator.core.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.core.decide import Plan, decide
+from mmrl_operator.core.observed import AVOIDED_NODES_ANNOTATION, Observed, PodInfo
 from tests.support.factories import T0, job, node, raycluster, rayjob, verdicts
 
 HEAD = PodInfo("geo-head", "ray-head", "hyperpod-i-0", T0 - timedelta(minutes=5), "Running")

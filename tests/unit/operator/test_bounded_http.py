@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from mmrl_operator import bounded_http
-from mmrl_operator.bounded_http import DeadlineExceeded, ResponseTooLarge
-from mmrl_operator.service_proxy import describe_error, proxy_json
+from mmrl_operator.runtime import bounded_http
+from mmrl_operator.runtime.bounded_http import DeadlineExceeded, ResponseTooLarge
+from mmrl_operator.runtime.service_proxy import describe_error, proxy_json
 from tests.support import misbehaving_server
 from tests.support.misbehaving_server import HUGE, Record
 

@@ -7,11 +7,11 @@ import shlex
 
 from mmrl_api import constants as c
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.builders.rayjob import build_rayjob
-from mmrl_operator.builders.rbac import build_rbac
-from mmrl_operator.builders.trainer_config import build_config_map
-from mmrl_operator.names import job_dir
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.rayjob import build_rayjob
+from mmrl_operator.core.builders.rbac import build_rbac
+from mmrl_operator.core.builders.trainer_config import build_config_map
+from mmrl_operator.core.names import job_dir
 from tests.support.factories import job
 
 

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from mmrl_api import JobStatus
 from mmrl_api.status import PHASES
-from mmrl_operator.decision import Decision, Plan
-from mmrl_operator.health import node_verdict
-from mmrl_operator.observed import Observed, PodInfo, ServingObserved
-from mmrl_operator.reconcile import decide, run
-from mmrl_operator.status_input import split_status
+from mmrl_operator.core.decide import decide, run
+from mmrl_operator.core.decision import Decision, Plan
+from mmrl_operator.core.health import node_verdict
+from mmrl_operator.core.observed import Observed, PodInfo, ServingObserved
+from mmrl_operator.core.status_input import split_status
 from tests.support.factories import T0, job
 
 # `make test` runs 2,000 worlds (about a minute on 2 cores); MMRL_PROPERTY_EXAMPLES=20000 for a longer search.

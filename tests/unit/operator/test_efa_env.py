@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmrl_api import constants as c
-from mmrl_operator.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.raycluster import build_raycluster
 from tests.support.factories import job
 
 

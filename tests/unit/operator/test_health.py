@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmrl_api import constants as c
-from mmrl_operator.health import health_signature, node_verdict
+from mmrl_operator.core.health import health_signature, node_verdict
 from tests.support.factories import node
 
 

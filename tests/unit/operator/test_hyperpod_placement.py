@@ -11,8 +11,8 @@ import pytest
 from mmrl_api import constants as c
 from mmrl_api.cluster import tolerates_health_taint
 from mmrl_api.job import validate_manifest
-from mmrl_operator.builders.inference import build_deployment, default_adapter
-from mmrl_operator.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.inference import build_deployment, default_adapter
+from mmrl_operator.core.builders.raycluster import build_raycluster
 from tests.support.corpus import example, merge_patch
 from tests.support.factories import job
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mmrl_api import constants as c
-from mmrl_operator.observed import Observed, PodInfo
-from mmrl_operator.reconcile import decide
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.observed import Observed, PodInfo
 from tests.support.factories import T0, node, rayjob, verdicts
 from tests.unit.operator.test_reconcile import PODS, advance, cond, kinds, ready_cluster, running_attempt
 
@@ -67,3 +67,20 @@ def test_hyperpod_fault_labels_are_in_the_node_fault_event_and_the_stopped_attem
     (event,) = [e for e in plan.events if e.reason == "NodeFault"]
     assert "fault-types=GpuXid, fault-reasons=Xid79" in event.message
     assert "fault-reasons=Xid79" in plan.status["attempts"][0]["message"]
+
+
+def test_a_raycluster_deleted_under_kueue_is_recreated_only_once_kueue_removed_its_workload() -> None:
+    # Kueue finds a job's Workloads by the owner's name: a cluster recreated while its predecessor's Workload is still
+    # there is admitted with it, stopped when it goes, and never starts under its own (tests/cluster/test_kueue.py).
+    j = running_attempt()
+    lost = Observed(raycluster=None, rayjobs={1: rayjob()}, kueue_leftover="raycluster-geo-a7520")
+    plan = decide(j, 1, lost, T0)
+    assert "RayCluster/geo" not in kinds(plan) and [(d.kind, d.name) for d in plan.delete] == [("RayJob", "geo-a1")]
+    assert plan.status["attempts"][0]["failure"] == "preemption" and plan.status.get("restarts", {}) == {}
+    assert plan.requeue_after is not None and plan.requeue_after <= 1
+    j = advance(j, plan)
+    waiting = decide(j, 1, Observed(raycluster=None, kueue_leftover="raycluster-geo-a7520"), T0 + timedelta(seconds=1))
+    assert "RayCluster/geo" not in kinds(waiting) and waiting.status["phase"] == "Queued"
+    assert "once Kueue has removed Workload raycluster-geo-a7520" in waiting.status["message"]
+    gone = decide(j, 1, Observed(raycluster=None), T0 + timedelta(seconds=2))
+    assert "RayCluster/geo" in kinds(gone)

@@ -7,9 +7,22 @@ from __future__ import annotations
 import pytest
 
 from mmrl_api import constants as c
-from mmrl_operator.builders.inference import build_deployment, build_service, default_adapter
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.caches import (
+from mmrl_operator.core.builders.inference import build_deployment, build_service, default_adapter
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.health import health_signature, node_verdict
+from mmrl_operator.core.names import job_uid
+from mmrl_operator.core.observed import (
+    adapter_check_failure,
+    desired_workers,
+    pod_problem,
+    queued_by_kueue,
+    ray_container_started,
+    raycluster_ready,
+    rayjob_outcome,
+)
+from mmrl_operator.core.ownership import controlled_by
+from mmrl_operator.core.serving import deployment_state, out_of_date
+from mmrl_operator.runtime.caches import (
     PODS,
     job_of,
     slim_deployment,
@@ -19,21 +32,8 @@ from mmrl_operator.caches import (
     slim_rayjob,
     slim_service,
 )
-from mmrl_operator.health import health_signature, node_verdict
-from mmrl_operator.informer import Informer, Kind
-from mmrl_operator.names import job_uid
-from mmrl_operator.observed import (
-    adapter_check_failure,
-    desired_workers,
-    pod_problem,
-    queued_by_kueue,
-    ray_container_started,
-    raycluster_ready,
-    rayjob_outcome,
-)
-from mmrl_operator.ownership import controlled_by
-from mmrl_operator.rbac import Undeclared
-from mmrl_operator.serving import deployment_state, out_of_date
+from mmrl_operator.runtime.informer import Informer, Kind
+from mmrl_operator.runtime.permissions import Undeclared
 from tests.support.factories import job, node, rayjob
 
 

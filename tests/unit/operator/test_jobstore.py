@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmrl_operator.jobstore import JobStore
+from mmrl_operator.runtime.jobstore import JobStore
 
 
 def body(rv: str, phase: str = "Running") -> dict:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mmrl_operator.names import attempt_of
-from mmrl_operator.observed import Observed
-from mmrl_operator.ownership import controlled_by, describe, ray_pod_of
-from mmrl_operator.reconcile import decide
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.names import attempt_of
+from mmrl_operator.core.observed import Observed
+from mmrl_operator.core.ownership import controlled_by, describe, ray_pod_of
 from tests.support.factories import T0, job, rayjob
 from tests.unit.operator.test_reconcile import advance, ready_cluster
 

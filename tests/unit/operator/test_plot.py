@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_operator.plot_cli import draw, find_curves, from_tensorboard
+from mmrl_operator.cli.plot import draw, find_curves, from_tensorboard
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
 

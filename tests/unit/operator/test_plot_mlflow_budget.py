@@ -12,9 +12,9 @@ import time
 import pytest
 
 from mmrl_local.controlplane import free_port
-from mmrl_operator.bounded_mlflow import SMALLEST_BUDGET, TRIES, TrackingReadError, budget_seconds, request_env
-from mmrl_operator.cli import main as mmrl
-from mmrl_operator.plot_cli import find_curves, from_mlflow
+from mmrl_operator.cli.bounded_mlflow import SMALLEST_BUDGET, TRIES, TrackingReadError, budget_seconds, request_env
+from mmrl_operator.cli.main import main as mmrl
+from mmrl_operator.cli.plot import find_curves, from_mlflow
 from tests.support.misbehaving_server import start
 
 pytest.importorskip("mlflow")

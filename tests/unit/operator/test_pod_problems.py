@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmrl_operator.observed import pod_problem
+from mmrl_operator.core.observed import pod_problem
 
 
 def pod(status: dict, deleting: bool = False) -> dict:
@@ -40,7 +40,7 @@ def test_healthy_starting_finished_and_deleted_pods_have_no_problem() -> None:
 
 
 def test_the_ray_containers_start_is_read_from_the_pod_specs_first_container() -> None:
-    from mmrl_operator.observed import ray_container_started
+    from mmrl_operator.core.observed import ray_container_started
 
     spec = {"containers": [{"name": "ray-worker"}, {"name": "log-shipper"}]}
     statuses = [

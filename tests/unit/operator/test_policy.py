@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mmrl_api.status import JobStatus
-from mmrl_operator.policy import TRAINER_STATUS_FIELDS, build_trainer_status_policy
+from mmrl_operator.codegen.trainer_status_policy import TRAINER_STATUS_FIELDS, build_trainer_status_policy
 
 
 def test_every_status_field_but_the_trainers_is_protected() -> None:

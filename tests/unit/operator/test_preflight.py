@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mmrl_api.contract import SELFTEST
-from mmrl_operator.builders.rayjob import build_rayjob
-from mmrl_operator.names import attempt_of, rayjob_name
-from mmrl_operator.observed import Observed
-from mmrl_operator.reconcile import decide
+from mmrl_operator.core.builders.rayjob import build_rayjob
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.names import attempt_of, rayjob_name
+from mmrl_operator.core.observed import Observed
 from tests.support.factories import T0, job, node, rayjob, verdicts
 from tests.unit.operator.test_reconcile import PODS, advance, cond, kinds, ray_failure, ready_cluster
 

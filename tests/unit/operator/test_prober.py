@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from mmrl_operator.prober import Probe, Prober, Target, news
-from mmrl_operator.service_proxy import describe_error, proxy_json
+from mmrl_operator.runtime.prober import Probe, Prober, Target, news
+from mmrl_operator.runtime.service_proxy import describe_error, proxy_json
 from tests.support import misbehaving_server
 from tests.support.polling import wait_until
 

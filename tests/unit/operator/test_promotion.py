@@ -4,9 +4,9 @@ re-evaluates it."""
 
 from __future__ import annotations
 
-from mmrl_operator.observed import Observed, ServingObserved
-from mmrl_operator.promotion import gate_verdict
-from mmrl_operator.reconcile import decide
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.observed import Observed, ServingObserved
+from mmrl_operator.core.promotion import gate_verdict
 from tests.support.factories import T0, job
 from tests.unit.operator.test_serving import ADAPTER, trained
 

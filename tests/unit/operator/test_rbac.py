@@ -1,6 +1,7 @@
-"""The operator's permission table (mmrl_operator.rbac) is least privilege and covers what the code does: every API
-call in kube.py and leader.py names its permission, kopf's watches, every child kind the builders produce and the
-reconcile deletes, and every permission the operator grants its trainers (it holds them, so no `escalate`)."""
+"""The operator's permission table (mmrl_operator.runtime.permissions) is least privilege and covers what the code
+does: every API call in kube.py and leader.py names its permission, kopf's watches, every child kind the builders
+produce and the reconcile deletes, and every permission the operator grants its trainers (it holds them, so no
+`escalate`)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,21 @@ from pathlib import Path
 import kopf
 import pytest
 
-import mmrl_operator.handlers  # noqa: F401  (registers the kopf handlers)
+import mmrl_operator.runtime.handlers  # noqa: F401  (registers the kopf handlers)
 from mmrl_api import constants as c
-from mmrl_operator import caches, rbac
-from mmrl_operator.builders.common import owner_reference
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.builders.rayjob import build_rayjob
-from mmrl_operator.builders.rbac import build_rbac
-from mmrl_operator.builders.trainer_config import build_config_map
-from mmrl_operator.observed import ServingObserved
-from mmrl_operator.serving import children_to_remove
+from mmrl_operator.core.builders.common import owner_reference
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.rayjob import build_rayjob
+from mmrl_operator.core.builders.rbac import build_rbac
+from mmrl_operator.core.builders.trainer_config import build_config_map
+from mmrl_operator.core.observed import ServingObserved
+from mmrl_operator.core.serving import children_to_remove
+from mmrl_operator.runtime import caches
+from mmrl_operator.runtime import permissions as rbac
 from tests.support.factories import job
 
-OPERATOR = Path(rbac.__file__).parent
+RUNTIME = Path(rbac.__file__).parent
+OPERATOR = RUNTIME.parent
 
 
 def plural(kind: str) -> str:
@@ -76,7 +79,7 @@ def _calls(path: Path, name: str) -> list[ast.Call]:
 
 
 def test_every_kind_the_reconcile_deletes_is_declared_for_delete() -> None:
-    deletes = [call for module in sorted(OPERATOR.glob("*.py")) for call in _calls(module, "Delete")]
+    deletes = [call for module in sorted(OPERATOR.rglob("*.py")) for call in _calls(module, "Delete")]
     kinds = {ast.literal_eval(call.args[1]) for call in deletes if isinstance(call.args[1], ast.Constant)}
     # Serving removes its Deployment and Service (what reconcile turns into Deletes with variable arguments).
     kinds |= {kind for _, kind, _ in children_to_remove(job(), ServingObserved(deployment={}, service={}))}
@@ -96,7 +99,7 @@ def test_every_kind_the_reconcile_deletes_is_declared_for_delete() -> None:
 def test_every_api_call_in_the_module_checks_the_table_first(module: str) -> None:
     """A method that talks to the apiserver (typed clients, the dynamic client) must call `require` or go
     through `_resource(..., verbs)`, which does."""
-    tree = ast.parse((OPERATOR / module).read_text())
+    tree = ast.parse((RUNTIME / module).read_text())
     clients = {"core", "custom", "api", "dyn"}
     unchecked = []
     for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:

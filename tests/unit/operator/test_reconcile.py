@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mmrl_api import JobStatus
-from mmrl_operator.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
-from mmrl_operator.observed import Observed, PodInfo
-from mmrl_operator.reconcile import Plan, decide, ts
+from mmrl_operator.core.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
+from mmrl_operator.core.decide import Plan, decide, ts
+from mmrl_operator.core.observed import Observed, PodInfo
 from tests.support.factories import T0, job, node, raycluster, rayjob, verdicts
 
 STATIC = ["ServiceAccount/geo-trainer", "Role/geo-trainer", "RoleBinding/geo-trainer", "ConfigMap/geo-trainer-config"]
@@ -459,8 +459,8 @@ def test_the_next_attempt_waits_for_a_full_set_of_running_ray_pods() -> None:
 
 
 def test_only_plans_that_start_or_stop_an_attempt_are_confirmed_on_a_fresh_read() -> None:
-    # controller.reconcile decides from the watch caches and re-decides these on fresh LISTs.
-    from mmrl_operator.controller import starts_or_stops
+    # runtime.reconcile.reconcile decides from the watch caches and re-decides these on fresh LISTs.
+    from mmrl_operator.runtime.reconcile import starts_or_stops
 
     def status_of(j) -> dict:
         return j.status.model_dump(by_alias=True, exclude_none=True, mode="json") if j.status else {}
@@ -481,8 +481,8 @@ def test_only_plans_that_start_or_stop_an_attempt_are_confirmed_on_a_fresh_read(
 
 
 def test_the_event_of_our_own_status_write_needs_a_pass_only_while_there_is_a_next_step() -> None:
-    # controller.settled: handlers skip the watch event of a status write when a pass on it would do nothing.
-    from mmrl_operator.controller import settled
+    # runtime.reconcile.settled: handlers skip the watch event of a status write when a pass on it would do nothing.
+    from mmrl_operator.runtime.reconcile import settled
 
     def stored(j, plan: Plan) -> dict:
         return {**j.wire(), "status": plan.status}

@@ -10,13 +10,13 @@ import yaml
 
 from mmrl_api import constants as c
 from mmrl_api import validate_manifest
-from mmrl_operator.builders.inference import build_deployment, build_service, default_adapter
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.builders.rayjob import build_rayjob
-from mmrl_operator.builders.rbac import build_rbac
-from mmrl_operator.builders.trainer_config import build_config_map
-from mmrl_operator.cli import main
-from mmrl_operator.render import RENDER_UID, as_submitted, render_file
+from mmrl_operator.cli.main import main
+from mmrl_operator.cli.render import RENDER_UID, as_submitted, render_file
+from mmrl_operator.core.builders.inference import build_deployment, build_service, default_adapter
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.rayjob import build_rayjob
+from mmrl_operator.core.builders.rbac import build_rbac
+from mmrl_operator.core.builders.trainer_config import build_config_map
 from tests.support.corpus import EXAMPLES
 
 EVERY_CHILD = {

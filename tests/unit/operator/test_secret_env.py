@@ -9,11 +9,11 @@ import json
 import pytest
 
 from mmrl_api import parse_job
-from mmrl_operator.builders.inference import build_deployment, default_adapter
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.builders.trainer_config import build_config_map
-from mmrl_operator.observed import Observed
-from mmrl_operator.reconcile import decide
+from mmrl_operator.core.builders.inference import build_deployment, default_adapter
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.trainer_config import build_config_map
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.observed import Observed
 from tests.support.corpus import example
 from tests.support.factories import T0, job
 

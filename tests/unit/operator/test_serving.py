@@ -9,11 +9,11 @@ import pytest
 
 from mmrl_api import JobStatus
 from mmrl_api import constants as c
-from mmrl_operator.builders.common import stamped
-from mmrl_operator.builders.inference import Adapter, build_deployment, build_service, default_adapter
-from mmrl_operator.observed import Observed, ServingObserved
-from mmrl_operator.reconcile import decide
-from mmrl_operator.serving import adapter_of, decide_serving, out_of_date
+from mmrl_operator.core.builders.common import stamped
+from mmrl_operator.core.builders.inference import Adapter, build_deployment, build_service, default_adapter
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.observed import Observed, ServingObserved
+from mmrl_operator.core.serving import adapter_of, decide_serving, out_of_date
 from tests.support.factories import T0, job
 
 ADAPTER = {

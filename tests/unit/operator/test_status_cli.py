@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mmrl_operator.observed import Observed
-from mmrl_operator.reconcile import decide
-from mmrl_operator.status_cli import render_status
+from mmrl_operator.cli.status import render_status
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.observed import Observed
 from tests.support.factories import T0, job, rayjob
 from tests.unit.operator.test_reconcile import PODS, advance, ready_cluster
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mmrl_operator.observed import Observed
-from mmrl_operator.reconcile import decide
-from mmrl_operator.report import TRUNCATION_WARNING_FRACTION
+from mmrl_operator.core.decide import decide
+from mmrl_operator.core.observed import Observed
+from mmrl_operator.core.status import TRUNCATION_WARNING_FRACTION
 from tests.support.factories import T0, job, rayjob
 from tests.unit.operator.test_reconcile import advance, ready_cluster
 

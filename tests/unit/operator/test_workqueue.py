@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from mmrl_operator.workqueue import Key, WorkQueue
+from mmrl_operator.runtime.workqueue import Key, WorkQueue
 from tests.support.fake_clock import FakeClock
 from tests.support.polling import wait_until
 

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from mmrl_operator import chart
+from mmrl_operator.codegen import chart
 
 ROOT = Path(__file__).resolve().parents[3]
 VALUES = yaml.safe_load((chart.CHART_DIR / "values.yaml").read_text())

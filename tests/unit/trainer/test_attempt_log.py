@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mmrl_operator.logs_cli import pick, stream_lines
+from mmrl_operator.cli.logs import pick, stream_lines
 from mmrl_trainer.attempt_log import follow
 
 SCRIPT = """

@@ -13,8 +13,8 @@ import pytest
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api.contract import EXIT_BAD_CONFIG
-from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_trainer.__main__ import main
 from mmrl_trainer.backends import local
 from mmrl_trainer.backends.local import grpo_kwargs

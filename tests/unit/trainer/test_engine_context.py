@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from mmrl_api import MultimodalRLJob
-from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_trainer.__main__ import main
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 from tests.support.corpus import example

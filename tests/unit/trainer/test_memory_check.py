@@ -12,7 +12,7 @@ import pytest
 from mmrl_api import MultimodalRLJob
 from mmrl_api.contract import EXIT_BAD_CONFIG
 from mmrl_api.trainer_config import Placement, TrainerConfig
-from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from mmrl_trainer.__main__ import main
 from mmrl_trainer.memory_check import check_memory
 from tests.support.architectures import hf_config

@@ -11,8 +11,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from mmrl_api import MultimodalRLJob
-from mmrl_operator.builders.trainer_config import build_trainer_config
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import skyrl_config_dict, skyrl_overrides
 from tests.support.corpus import example
 from tests.support.skyrl import run_skyrl

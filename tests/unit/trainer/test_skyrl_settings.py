@@ -9,7 +9,7 @@ import json
 import pytest
 
 from mmrl_api.constants import VLLM_LORA_RANKS
-from mmrl_operator.jsonmerge import merge_patch
+from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_trainer.backends.skyrl_config import RAY_PG_TIMEOUT_SECONDS, skyrl_environment, skyrl_overrides, skyrl_paths
 from tests.support.corpus import example
 from tests.support.skyrl import last_json, run_skyrl

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_local.controlplane import free_port
-from mmrl_operator.plot_cli import from_mlflow, from_tensorboard
+from mmrl_operator.cli.plot import from_mlflow, from_tensorboard
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
 from mmrl_trainer.tracking import scalars

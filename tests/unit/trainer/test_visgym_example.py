@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from mmrl_api import MultimodalRLJob, validate_manifest
 from mmrl_api import constants as c
-from mmrl_operator.builders.raycluster import build_raycluster
-from mmrl_operator.builders.trainer_config import build_trainer_config
+from mmrl_operator.core.builders.raycluster import build_raycluster
+from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from mmrl_trainer.backends.skyrl import skyrl_gym_registration
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
 from mmrl_trainer.data import SKYRL_GYM_ENV_CLASS
