@@ -120,8 +120,8 @@ def _go_env() -> dict[str, str]:
 GCFLAGS = "all=-dwarf=false"
 
 
-def _go_build(module: str, out: Path, packages: list[str], ldflags: str, log) -> None:
-    cmd = ["go", "build", "-trimpath", "-p", str(min(os.cpu_count() or 2, 4)), "-gcflags", GCFLAGS]
+def _go_build(module: str, out: Path, packages: list[str], ldflags: str, log, gcflags: str = GCFLAGS) -> None:
+    cmd = ["go", "build", "-trimpath", "-p", str(min(os.cpu_count() or 2, 4)), "-gcflags", gcflags]
     cmd += ["-ldflags", ldflags, "-o", str(out), *packages]
     print(f">> ({module}) {' '.join(cmd)}", file=log, flush=True)
     started = time.monotonic()

@@ -21,7 +21,11 @@ KUEUE_VERSION = "v0.17.0"
 CHECKER = "kueue-raycluster-check"
 MANAGER = "kueue-manager"
 # Bump when the build below changes in a way that changes the binaries.
-RECIPE = "3"
+RECIPE = "4"
+# Compiled without optimisation or inlining: a quarter less compiling on a cold machine (Kueue's controller imports
+# every job integration it ships: 168 s -> 126 s on 2 idle cores, empty build cache), for a controller whose speed
+# no test measures. Behaviour is the same code's.
+KUEUE_GCFLAGS = "all=-N -l -dwarf=false"
 
 
 def build_key() -> str:
@@ -36,10 +40,10 @@ def build_key() -> str:
 def _build(work: Path, log: IO[str]) -> dict:
     if f"{KUEUE_MODULE} {KUEUE_VERSION}" not in (build.GO_DIR / "kueue" / "go.mod").read_text():
         raise RuntimeError(f"{build.GO_DIR / 'kueue' / 'go.mod'} does not require {KUEUE_MODULE} {KUEUE_VERSION}")
-    build._go_build("kueue", work / CHECKER, ["."], "-s -w", log)
+    build._go_build("kueue", work / CHECKER, ["."], "-s -w", log, KUEUE_GCFLAGS)
     # As Kueue's Makefile links it: the version its logs and metrics report.
     version = f"-s -w -X {KUEUE_MODULE}/pkg/version.GitVersion={KUEUE_VERSION}"
-    build._go_build("kueue", work / MANAGER, [f"{KUEUE_MODULE}/cmd/kueue"], version, log)
+    build._go_build("kueue", work / MANAGER, [f"{KUEUE_MODULE}/cmd/kueue"], version, log, KUEUE_GCFLAGS)
     return {"kueue": f"{KUEUE_MODULE}@{KUEUE_VERSION}"}
 
 
