@@ -16,6 +16,15 @@ from mmrl_local.kubelet import Kubelet
 from mmrl_local.standin_cluster import pod_is_ready
 
 
+def ignore_missing(call, *args: object, **kwargs: object) -> None:  # type: ignore[no-untyped-def]
+    """Delete (``call``) something that may already be gone."""
+    try:
+        call(*args, **kwargs)
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+
+
 class InClusterController:
     """Subclasses set NAMESPACE, ROLE (the dedicated node's role), CONTAINER and WHAT, and implement ``start()``
     (install, then ``_place_and_wait``); ``stop()`` runs ``_uninstall`` first, then removes the Deployment."""
@@ -70,11 +79,9 @@ class InClusterController:
 
     def stop(self) -> None:
         self._uninstall()
-        try:
-            self.apps.delete_namespaced_deployment(self.name, self.NAMESPACE, propagation_policy="Foreground")
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
+        ignore_missing(
+            self.apps.delete_namespaced_deployment, self.name, self.NAMESPACE, propagation_policy="Foreground"
+        )
         deadline = time.monotonic() + 60
         while self.pod() is not None and time.monotonic() < deadline:
             time.sleep(0.3)

@@ -33,7 +33,7 @@ from mmrl_local import images_build, kueue_build, nodes
 from mmrl_local.apply import apply_objects
 from mmrl_local.certs import ServingPems, service_serving
 from mmrl_local.images_build import ImageFacts
-from mmrl_local.incluster import InClusterController
+from mmrl_local.incluster import InClusterController, ignore_missing
 from mmrl_local.kubelet import Kubelet
 
 NAMESPACE = "kueue-system"
@@ -250,19 +250,11 @@ class KueueInCluster(InClusterController):
             # Kueue drops its in-use finalizer once nothing uses the object; what it had no time for goes here.
             with contextlib.suppress(client.ApiException):
                 custom.patch_cluster_custom_object(GROUP, VERSION, plural, obj["metadata"]["name"], NO_FINALIZERS)
-            _ignore_missing(custom.delete_cluster_custom_object, GROUP, VERSION, plural, obj["metadata"]["name"])
+            ignore_missing(custom.delete_cluster_custom_object, GROUP, VERSION, plural, obj["metadata"]["name"])
         self.created.clear()
         admission = client.AdmissionregistrationV1Api(self.api)
-        _ignore_missing(admission.delete_mutating_webhook_configuration, f"{PREFIX}mutating-webhook-configuration")
-        _ignore_missing(admission.delete_validating_webhook_configuration, f"{PREFIX}validating-webhook-configuration")
-
-
-def _ignore_missing(call, *args: Any, **kwargs: Any) -> None:
-    try:
-        call(*args, **kwargs)
-    except client.ApiException as err:
-        if err.status != 404:
-            raise
+        ignore_missing(admission.delete_mutating_webhook_configuration, f"{PREFIX}mutating-webhook-configuration")
+        ignore_missing(admission.delete_validating_webhook_configuration, f"{PREFIX}validating-webhook-configuration")
 
 
 def queues(name: str, namespace: str, quota: dict[str, str], *, preemption: bool = True) -> list[dict[str, Any]]:

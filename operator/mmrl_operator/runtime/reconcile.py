@@ -120,7 +120,7 @@ def observe(
     }
     if serving is None:
         serving = observe_serving(kube, job, inference_pods, owned, edited) if trained(job) else ServingObserved()
-    leftover = kueue_leftover(kube, job) if job.spec.cluster.kueue is not None and not clusters else None
+    leftover = kueue_leftover(kube, job) if not clusters and may_create_cluster_under_kueue(job) else None
     return Observed(
         raycluster=clusters[0] if clusters else None,
         rayjobs=rayjobs,
@@ -132,6 +132,13 @@ def observe(
         status_problems=tuple(status_problems or ()),
         kueue_leftover=leftover,
     )
+
+
+def may_create_cluster_under_kueue(job: MultimodalRLJob) -> bool:
+    """Whether a pass may create the job's RayCluster through Kueue: not while suspended or finished, so those jobs'
+    passes (every resync) make no Workload LIST."""
+    finished = job.status is not None and job.status.phase in ("Succeeded", "Serving", "Failed")
+    return job.spec.cluster.kueue is not None and not job.spec.suspend and not finished
 
 
 def kueue_leftover(kube: Kube, job: MultimodalRLJob) -> str | None:
