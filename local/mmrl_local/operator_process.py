@@ -25,7 +25,7 @@ MODULE = "mmrl_operator.cli"
 CRASHING_MODULE = "mmrl_local.crashing"
 CRASH_AFTER_WRITES = "MMRL_CRASH_AFTER_WRITES"  # mmrl_local.crashing's setting (not imported here: it imports kopf)
 # What the fork server imports ahead: the command line and everything `mmrl operator` runs.
-PREIMPORT = ["mmrl_operator.cli.main", "mmrl_operator.runtime.run"]
+PREIMPORT = ["mmrl_operator.cli.main", "mmrl_operator.runtime.run", "mmrl_operator.runtime.handlers"]
 FORKSERVER_ENV = "MMRL_OPERATOR_FORKSERVER"
 
 

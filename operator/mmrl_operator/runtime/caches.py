@@ -151,8 +151,11 @@ class Caches:
 
     def start(self) -> None:
         """List everything (blocking: the first passes after a start see every node and child), then watch. The
-        six LISTs run at once: a restart's first pass waits for the slowest, not for their sum (issue #32)."""
-        informers = (self.nodes, *self.children.values())
+        six LISTs run at once: a restart's first pass waits for the slowest, not for their sum (issue #32). Called
+        again after a failure, it lists only the kinds not yet watched."""
+        informers = [i for i in (self.nodes, *self.children.values()) if not i.started]  # again: what failed
+        if not informers:
+            return
         with ThreadPoolExecutor(len(informers), thread_name_prefix="mmrl-list") as pool:
             list(pool.map(Informer.run, informers))  # re-raises the first LIST that failed
 

@@ -87,6 +87,7 @@ class Informer:
         self._index: dict[Any, set[ObjKey]] = {}  # index value (e.g. the owning job) -> keys
         self._stop = threading.Event()
         self.lists = 0  # how many LISTs it made (the first, plus one per lost watch)
+        self.started = False  # watching (`start`)
 
     # --- reading -----------------------------------------------------------------------------------------------
     def get(self, namespace: str, name: str) -> Obj | None:
@@ -261,6 +262,7 @@ class Informer:
 
     def start(self, versions: dict[str | None, str] | None = None) -> None:
         """Watch every namespace from `versions` (what `list_once` returned), or list first."""
+        self.started = True
         for ns in self.namespaces:
             rv = (versions or {}).get(ns)
             threading.Thread(

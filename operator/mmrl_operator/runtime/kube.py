@@ -72,7 +72,7 @@ class Kube:
         # nodes and events go through the dynamic client like every other kind.
         self.custom = client.CustomObjectsApi(self.api_client)
         self._thread = threading.local()  # requests of the current thread: the reconcile passes run on 4 workers
-        # The operator's /v1/models prober (set by handlers.Runtime); without one a pass asks the server itself.
+        # The operator's /v1/models prober (set by dispatch.Runtime); without one a pass asks the server itself.
         self.prober: Prober | None = None
 
     def _resource(self, api_version: str, kind: str, *verbs: str):  # type: ignore[no-untyped-def]

@@ -1,49 +1,41 @@
-"""Start the operator: configuration from flags and environment, metrics server, leader election, kopf."""
+"""Start the operator: configuration from flags and environment, metrics server, leader election, kopf.
+
+kopf (with aiohttp) is imported only once the warm start (dispatch.Runtime.warm_start) has listed every node and
+child: a restarted operator's first passes run while kopf imports and starts, instead of after.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import time
 
-import kopf
 from prometheus_client import start_http_server
 
-from mmrl_operator.runtime import handlers, metrics
+from mmrl_operator.runtime import dispatch, metrics
 from mmrl_operator.runtime.kube import Kube
 from mmrl_operator.runtime.leader import LeaderElector
 from mmrl_operator.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("mmrl.run")
-
-
-def wait_until_served(kube: Kube, resources: list[tuple[str, str, str]], interval: float = 2.0) -> None:
-    """Block until the apiserver serves every custom resource the handlers watch: kopf looks for them only once,
-    at start. Until then the liveness endpoint is down, so a cluster without the CRDs (or KubeRay) restarts the
-    pod with this message in its log rather than running an operator that watches nothing."""
-    waited = 0.0
-    while missing := [r for r in resources if not kube.serves(*r)]:
-        if waited % 30 < interval:
-            names = ", ".join(f"{plural}.{group}/{version}" for group, version, plural in missing)
-            log.warning("waiting for the apiserver to serve %s (are the mmrl CRD and KubeRay installed?)", names)
-        time.sleep(interval)
-        waited += interval
+# kopf's own line format (kopf.configure sets it once kopf is imported), so the log reads the same throughout.
+KOPF_LINE = "[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s"
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    kopf.configure(verbose=False)  # kopf's own log format for every logger
-    logging.getLogger().setLevel(os.environ.get("MMRL_LOG_LEVEL", "INFO"))
-    # kopf logs every successful event handler at INFO; ours are one-line enqueues, so only problems matter.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    level = os.environ.get("MMRL_LOG_LEVEL", "INFO")
+    root = logging.getLogger()
+    early = logging.StreamHandler()
+    early.setFormatter(logging.Formatter(KOPF_LINE))
+    root.addHandler(early)
+    root.setLevel(level)
     kube = Kube()
-    wait_until_served(kube, [handlers.JOB_RESOURCE, *handlers.CHILD_RESOURCES])
     elector = None
     if not args.standalone:
         lease_ns = os.environ.get("POD_NAMESPACE", "default")
         elector = LeaderElector(kube.api_client, lease_ns, name=os.environ.get("MMRL_LEASE_NAME", args.peering))
     queue = WorkQueue(
-        handlers.reconcile_key,
+        dispatch.reconcile_key,
         workers=int(os.environ.get("MMRL_WORKERS", "4")),
         active=(elector.is_leader if elector else lambda: True),
     )
@@ -51,18 +43,32 @@ def run_operator(args: argparse.Namespace) -> int:
         elector.on_leading = queue.resume  # the keys a standby kept run the moment it leads
     metrics.LEADER.set_function(lambda: 1.0 if elector is None or elector.is_leader() else 0.0)
     namespaces = args.namespace or []
-    handlers.install(
-        handlers.Runtime(
-            kube=kube,
-            queue=queue,
-            elector=elector,
-            resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30")),
-            namespaces=namespaces,
-            probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
-        )
+    runtime = dispatch.Runtime(
+        kube=kube,
+        queue=queue,
+        elector=elector,
+        resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30")),
+        namespaces=namespaces,
+        probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
     )
+    dispatch.install(runtime)
+    runtime.start_warm()
     if args.metrics_port:
         start_http_server(args.metrics_port)
+
+    runtime.listed.wait()  # the first passes run from here on; kopf's import no longer holds up the LISTs
+
+    import kopf
+
+    from mmrl_operator.runtime import handlers  # noqa: F401  (registers the kopf handlers)
+
+    kopf.configure(verbose=False)  # kopf's own log format for every logger
+    root.removeHandler(early)
+    root.setLevel(level)
+    # kopf logs every successful event handler at INFO; ours are one-line enqueues, so only problems matter.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # kopf watches only what the apiserver serves when it starts.
+    dispatch.wait_until_served(kube, [dispatch.JOB_RESOURCE], runtime.stop)
     kopf.run(
         standalone=True,  # peering is our Lease election (see docs/adr/0001-operator-design.md)
         clusterwide=not namespaces,
