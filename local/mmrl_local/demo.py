@@ -588,7 +588,11 @@ class Demo:
             self.say(f"asking {base_url} failed: {self.served['error']}")
         return self.served
 
-    def run(self, *, fault: bool = True, timeout: float = 900) -> Summary:
+    def run(
+        self, *, fault: bool = True, timeout: float = 900, before_fault: Callable[[], None] | None = None
+    ) -> Summary:
+        """``before_fault``: called once the checkpoint is sealed, just before the node is replaced (a test's own
+        fault that must come first, e.g. the leader's crash)."""
         self.prepare_volume()
         if self.mlflow:
             self.start_mlflow()
@@ -598,6 +602,8 @@ class Demo:
         if fault:
             step = self.wait_for_checkpoint(timeout)
             self.say(f"checkpoint step {step} sealed on the volume")
+            if before_fault is not None:
+                before_fault()
             self.replace_trainer_node()
         if self.wait_done(timeout) == "Serving":
             self.serve(timeout)

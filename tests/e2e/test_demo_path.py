@@ -48,7 +48,9 @@ def test_job_trains_survives_a_node_replacement_and_a_leader_crash_resumes_and_s
     hyperpod_nodes.names.append(tracking)
     d = demo(control_plane, api_client, namespace, tmp_path, SHORT, mlflow=True)
     crash = LeaderCrash(operator_pods, real_ray.kubelet, api_client, namespace, d.name).start()
-    summary = d.run(fault=True, timeout=900)
+    # The crash comes before the node fault, never in the middle of the leader's handling of it: a leader killed
+    # between deleting the attempt's RayJob and recording why finds it "disappeared" (Failed, not Stopped).
+    summary = d.run(fault=True, timeout=900, before_fault=crash.join)
     crash.check()
     hyperpod_nodes.names.append(summary.fault.rsplit(" ", 1)[-1])  # the new instance, for cleanup
     # The fault took the Ray head's node, never the MLflow server's, which still serves from its own node.
@@ -92,6 +94,10 @@ class LeaderCrash:
             self.log = self.release.crash(self.kubelet, self.core, pod)
         except BaseException as err:  # reported by check()
             self.error = err
+
+    def join(self) -> None:
+        """Until the leader has been crashed (or crashing it failed: check() says so)."""
+        self._thread.join(600)
 
     def check(self) -> None:
         self._thread.join(30)
