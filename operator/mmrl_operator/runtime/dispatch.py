@@ -59,9 +59,7 @@ class Runtime:
     caches: Caches = field(init=False)
     prober: Prober = field(init=False)
     jobs: JobStore = field(default_factory=JobStore)
-
-    listed: threading.Event = field(default_factory=threading.Event)  # the warm start's LISTs have ended
-    warm: threading.Thread | None = None
+    warm: threading.Thread | None = None  # the warm start: it has listed (or failed) once the thread has ended
     warm_error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -70,18 +68,17 @@ class Runtime:
         self.prober = Prober(partial(ask_models, self.kube), wake=self.queue.add, workers=self.probe_workers)
         self.kube.prober = self.prober
 
-    def start_warm(self) -> None:
-        """Start listing now, on a thread: run.py imports and starts kopf once the LISTs are done."""
+    def start_warm(self) -> threading.Thread:
+        """Start listing now, on a thread: run.py imports and starts kopf once it has ended."""
         self.warm = threading.Thread(target=self._warm, name="mmrl-warm-start", daemon=True)
         self.warm.start()
+        return self.warm
 
     def _warm(self) -> None:
         try:
             self.warm_start()
         except BaseException as err:  # finish_start tries again, where kopf reports what fails
             self.warm_error = err
-        finally:
-            self.listed.set()
 
     def warm_start(self) -> None:
         """List every node and child (blocking: the first passes see them all), then elect and run the queue: the

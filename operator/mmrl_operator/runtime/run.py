@@ -52,11 +52,11 @@ def run_operator(args: argparse.Namespace) -> int:
         probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
     )
     dispatch.install(runtime)
-    runtime.start_warm()
+    warm = runtime.start_warm()
     if args.metrics_port:
         start_http_server(args.metrics_port)
 
-    runtime.listed.wait()  # the first passes run from here on; kopf's import no longer holds up the LISTs
+    warm.join()  # the first passes run from here on; kopf's import no longer holds up the LISTs
 
     import kopf
 
