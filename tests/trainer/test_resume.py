@@ -134,3 +134,22 @@ def test_the_base_model_is_evaluated_by_the_fresh_attempt_only(tiny_model: Path,
     assert [p for p in points if p[1] == 0] == [(1, 0)]  # one baseline, from the attempt that started fresh
     assert len(set(points)) == len(points) and [step for _, step in points] == sorted(step for _, step in points)
     assert next(r.get("event") for r in records if r["attempt"] == 2) == "started"
+
+
+def test_an_attempt_that_resumes_from_the_final_step_trains_no_further(tiny_model: Path, tmp_path: Path) -> None:
+    """An attempt can start after the previous one sealed its last step (it was stopped, or its RayJob was replaced,
+    between the final checkpoint and its end). It exports and evaluates that step; it trains nothing and writes no
+    checkpoint. TRL would run one more step: its resumed loop checks max_steps only after a step."""
+    cfg = make_config(tmp_path, tiny_model, maxSteps=3, interval=3)
+    assert local.run(cfg, evaluate=False, attempt=1).final_step == 3
+    sealed = lora_weights(ckpt.step_dir(tmp_path, 3))
+
+    again = local.run(cfg, evaluate=False, attempt=2)
+    assert (again.resumed_from, again.final_step) == (3, 3)
+    assert sorted(ckpt.step_dirs(tmp_path)) == [3] and ckpt.read_marker(tmp_path) == 3
+    from safetensors.torch import load_file
+
+    assert_same_tensors(sealed, load_file(again.adapter_dir / "adapter_model.safetensors"))
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["attempt"] == 2 and "reward" in r] == []
+    assert [r.get("event") for r in records if r["attempt"] == 2][-1] == "finished"

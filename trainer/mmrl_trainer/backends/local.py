@@ -209,19 +209,67 @@ def start_attempt(cfg: TrainerConfig, attempt: int | None) -> tuple[Path, ckpt.C
     return root, resume, reporter
 
 
+def trained_policy(model, resume: ckpt.Checkpoint):
+    """The policy of a run whose last step is already sealed: the base model with that checkpoint's LoRA. An attempt
+    can start after the previous one sealed its final step (stopped, or its RayJob replaced, before it ended); it
+    only exports and evaluates. TRL would train one step more: a resumed loop checks max_steps after each step."""
+    from peft import PeftModel
+
+    log.info("step %d, the last, is already sealed at %s: exporting it, no training", resume.step, resume.path)
+    return PeftModel.from_pretrained(model, str(resume.path / "policy"))
+
+
+def train_grpo(
+    cfg: TrainerConfig,
+    model,
+    processor,
+    train_rows: list,
+    resume: ckpt.Checkpoint | None,
+    reporter: ProgressReporter,
+    n_steps: int,
+    evaluator: Callable[[Any], float] | None,
+) -> tuple[Any, int]:
+    """TRL's GRPOTrainer from `resume` (or the start) to the run's last step; returns the policy and that step."""
+    import datasets
+    import torch
+    from transformers import PrinterCallback, set_seed
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mmrl_trainer.data import to_trl_rows
+
+    # Seed before peft wraps the model so the LoRA init, and hence the whole run, depends only on cfg.seed.
+    set_seed(cfg.seed)
+    staging = ckpt.local_dir(cfg.checkpoint.dir) / STAGING
+    shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed attempt; never a committed checkpoint
+    args = GRPOConfig(**grpo_kwargs(cfg, str(staging), use_cpu=not torch.cuda.is_available()))
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=_reward_fn(cfg),
+        args=args,
+        train_dataset=datasets.Dataset.from_list(to_trl_rows(train_rows)),
+        processing_class=processor,
+        peft_config=lora_config(cfg),
+        callbacks=make_callbacks(cfg, reporter, n_steps, evaluator),
+    )
+    # One concise log line per step (ReportProgress) instead of transformers' raw dict printing.
+    trainer.remove_callback(PrinterCallback)
+    if resume is not None:
+        log.info("resuming from step %d at %s", resume.step, resume.path)
+    trainer.train(resume_from_checkpoint=str(resume.path / "policy") if resume else None)
+    return trainer.model, trainer.state.global_step
+
+
 def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None) -> LocalResult:
     if cfg.dataset.environment is not None:  # multi-turn episodes: our own GRPO loop (see local_episodes.py)
         from mmrl_trainer.backends import local_episodes
 
         local_episodes.check_local_environment(cfg)
         return local_episodes.run(cfg, evaluate=evaluate, attempt=attempt)
-    import datasets
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor, PrinterCallback, set_seed
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from mmrl_trainer.adapter import export_adapter
-    from mmrl_trainer.data import load_examples, to_trl_rows
+    from mmrl_trainer.data import load_examples
     from mmrl_trainer.evaluate import held_out_reward
     from mmrl_trainer.lineage import baseline_due
     from mmrl_trainer.models import resolve_model
@@ -229,11 +277,11 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
 
     root, resume, reporter = start_attempt(cfg, attempt)
     model_path = resolve_model(cfg.model)
-    train = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
+    rows = load_examples(cfg.dataset.train, cfg.dataset, seed=cfg.seed)
 
     processor = AutoProcessor.from_pretrained(model_path, revision=cfg.model.revision)
-    train = drop_long_prompts(train, processor, cfg.algorithm.max_prompt_length)
-    n_steps = total_steps(cfg, len(train))
+    rows = drop_long_prompts(rows, processor, cfg.algorithm.max_prompt_length)
+    n_steps = total_steps(cfg, len(rows))
     score = resolve(cfg.dataset.reward)
     held_out = (
         load_examples(cfg.dataset.validation, cfg.dataset, seed=cfg.seed + 1)
@@ -256,32 +304,15 @@ def run(cfg: TrainerConfig, *, evaluate: bool = True, attempt: int | None = None
         # The untrained policy's held-out reward, on the same prompts as the final evaluation: the "before" that
         # every checkpoint's eval_reward compares with, and the promotion gate's baseline (lineage.py).
         reporter.record(0, {"event": "baseline", "eval_reward": evaluator(model, None)})
-    # Seed before peft wraps the model so the LoRA init, and hence the whole run, depends only on cfg.seed.
-    set_seed(cfg.seed)
-    staging = root / STAGING
-    shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed attempt; never a committed checkpoint
-    args = GRPOConfig(**grpo_kwargs(cfg, str(staging), use_cpu=not torch.cuda.is_available()))
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=_reward_fn(cfg),
-        args=args,
-        train_dataset=datasets.Dataset.from_list(to_trl_rows(train)),
-        processing_class=processor,
-        peft_config=lora_config(cfg),
-        callbacks=make_callbacks(cfg, reporter, n_steps, evaluator if held_out else None),
-    )
-    # One concise log line per step (ReportProgress) instead of transformers' raw dict printing.
-    trainer.remove_callback(PrinterCallback)
-    if resume is not None:
-        log.info("resuming from step %d at %s", resume.step, resume.path)
-    trainer.train(resume_from_checkpoint=str(resume.path / "policy") if resume else None)
-    final_step = trainer.state.global_step
-
-    policy = trainer.model
+    if resume is not None and resume.step >= n_steps:
+        policy, final_step = trained_policy(model, resume), resume.step
+    else:
+        scorer = evaluator if held_out else None
+        policy, final_step = train_grpo(cfg, model, processor, rows, resume, reporter, n_steps, scorer)
     info = export_adapter(policy, cfg.export_dir, base_model=cfg.model.name)
     reward = evaluator(policy, None) if held_out else None
     summary = {"event": "finished", "held_out_reward": reward}
     reporter.report(final_step, n_steps, summary, checkpoint=reporter.checkpoint, force=True)
     reporter.finish()
-    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(root / STAGING, ignore_errors=True)
     return LocalResult(final_step, resume.step if resume else None, info.path, reward)

@@ -36,7 +36,7 @@ from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS, SKYRL_GY
 from mmrl_trainer.errors import InvalidConfig
 from mmrl_trainer.lineage import baseline_due
 from mmrl_trainer.staging import model_path
-from mmrl_trainer.world_size import check_resume_world_size
+from mmrl_trainer.world_size import check_resume_world_size, checkpoint_to_resume
 
 log = logging.getLogger("mmrl_trainer.skyrl")
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
@@ -270,9 +270,23 @@ def prepare(cfg: TrainerConfig, *, attempt: int | None = None) -> Any:
     return checked_skyrl_config(overrides)
 
 
+def final_step_sealed(cfg: TrainerConfig) -> int | None:
+    """The marker's step when it is already the run's last (spec.algorithm.maxSteps), else None. An attempt can start
+    after the previous one sealed its final step (stopped, or its RayJob replaced, before it ended). SkyRL's loop
+    checks `max_training_steps` only after a step (RayPPOTrainer.train), so it would train one step past the end
+    and seal it; the attempt exports the sealed step instead."""
+    last = cfg.algorithm.max_steps
+    saved = checkpoint_to_resume(cfg.checkpoint.dir) if cfg.resume == "latest" and last else None
+    return saved.step if saved is not None and last is not None and saved.step >= last else None
+
+
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
     skyrl_cfg = prepare(cfg, attempt=attempt)
-    _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
+    if (step := final_step_sealed(cfg)) is None:
+        _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
+    else:
+        log.info("step %d, the last, is already sealed: exporting it, no training", step)
+        SkyRLProgress.from_config(cfg, attempt=attempt).on_train_end(step, cfg.algorithm.max_steps)
     return export_final_adapter(cfg)
 
 
