@@ -372,6 +372,18 @@ def reconcile(
         )
         plan = decide(job, generation, failed, now)
         plan.apply = []
+    patch = _status_patch(raw.get("status") or {}, plan.status)
+    stored = None
+    if patch:
+        # Only onto the object this pass decided from: a concurrent write (another replica, an old process)
+        # raises StatusConflict and the queue runs the pass again at once from a fresh read. Written before the
+        # deletes: a process killed in between leaves the stop on record (the next pass deletes what it stopped),
+        # never a RayJob gone without the reason; and a pass that lost the race deletes nothing.
+        try:
+            stored = kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
+        except JobGone:
+            log.info("job %s/%s was deleted during the pass; its children go with it", namespace, name)
+            return None
     for d in plan.delete:
         kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)
         if caches is not None:
@@ -379,15 +391,7 @@ def reconcile(
     for e in plan.events:
         kube.event(raw, e.type, e.reason, e.message)
         metrics.record_event(e.reason)
-    patch = _status_patch(raw.get("status") or {}, plan.status)
-    if patch:
-        # Only onto the object this pass decided from: a concurrent write (another replica, an old process)
-        # raises StatusConflict and the queue runs the pass again at once from a fresh read.
-        try:
-            stored = kube.patch_status(namespace, name, patch, raw["metadata"].get("resourceVersion"))
-        except JobGone:
-            log.info("job %s/%s was deleted during the pass; its children go with it", namespace, name)
-            return None
+    if stored is not None:
         if jobs is not None:
             jobs.seen(stored)
         if written is not None and caches is not None:
