@@ -38,12 +38,13 @@ def read_state() -> dict | None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    # With --kuberay both builds run at once: one's module downloads and single-threaded links fill the cores the
-    # other leaves idle (each has its own cache key and lock, so nothing is built twice).
+    # With --kuberay KubeRay builds beside the control plane: one's module downloads and single-threaded links fill
+    # the cores the other leaves idle (each has its own cache key and lock, so nothing is built twice). Kueue comes
+    # after the control plane, whose compiled packages it shares (go/kueue selects go/kube's module versions).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         kuberay = pool.submit(build.build_kuberay) if args.kuberay else None
-        kueue = pool.submit(kueue_build.binaries) if args.kueue else None
         bins = build.build()
+        kueue = pool.submit(kueue_build.binaries) if args.kueue else None
         crd_dir = build.kuberay_crd_dir()
         print(f"binaries: {bins.dir}")
         print(f"kuberay CRDs: {crd_dir} ({build.KUBERAY_MODULE}@{build.KUBERAY_VERSION})")
