@@ -67,8 +67,8 @@ def test_materialised_maze_rows_name_the_episode_env_and_carry_their_seeds(tmp_p
             )
         }
     )
-    train, val, images = materialise_data(cfg, tmp_path)
-    assert images == 1
+    train, val, images, train_rows = materialise_data(cfg, tmp_path)
+    assert (images, train_rows) == (1, 5)
     rows = pq.read_table(train[0]).to_pylist()
     assert {r["env_class"] for r in rows} == {SKYRL_EPISODE_ENV_CLASS}
     assert [json.loads(r["extra_info"])["seed"] for r in rows] == list(range(5))

@@ -255,10 +255,10 @@ def test_our_materialised_skyrl_parquet_has_one_row_per_example(tmp_path: Path) 
             )
         }
     )
-    train, val, images = materialise_data(cfg, tmp_path)
+    train, val, images, train_rows = materialise_data(cfg, tmp_path)
     assert images == 1  # one image a prompt: what the image token budget is sized for
     rows = pq.read_table(train[0]).to_pylist()
-    assert len(rows) == 6 and len(pq.read_table(val[0]).to_pylist()) == 3
+    assert len(rows) == train_rows == 6 and len(pq.read_table(val[0]).to_pylist()) == 3
     assert rows[0]["env_class"] == "mmrl_reward"
     assert rows[0]["prompt"][0]["content"][0]["type"] == "image_url"
 

@@ -70,6 +70,8 @@ class SkyRLData(NamedTuple):
     val: list[str]
     images_per_prompt: int
     """The most images one prompt carries: what the image token budget must fit (skyrl_config.image_budget)."""
+    train_rows: int = 0
+    """Training prompts written; SkyRL may drop overlong ones, never add any."""
 
 
 def _most_images(rows: list[dict[str, Any]]) -> int:
@@ -102,7 +104,7 @@ def materialise_data(cfg: TrainerConfig, data_dir: Path) -> SkyRLData:
         data_source=cfg.dataset.train,
         path=train,
     )
-    images = _most_images(rows)
+    images, train_rows = _most_images(rows), len(rows)
     val: list[str] = []
     if cfg.dataset.validation:
         rows = write_skyrl_data(
@@ -113,7 +115,7 @@ def materialise_data(cfg: TrainerConfig, data_dir: Path) -> SkyRLData:
         )
         val = [str(data_dir / "validation.parquet")]
         images = max(images, _most_images(rows))
-    return SkyRLData([str(train)], val, max(1, images))
+    return SkyRLData([str(train)], val, max(1, images), train_rows)
 
 
 def check_environment(cfg: TrainerConfig) -> None:
@@ -162,6 +164,7 @@ def shared_data(cfg: TrainerConfig) -> SkyRLData:
         [storage.join(target, Path(f).name) for f in local.train],
         [storage.join(target, Path(f).name) for f in local.val],
         local.images_per_prompt,
+        local.train_rows,
     )
 
 
@@ -252,6 +255,10 @@ def repair_resume_marker(cfg: TrainerConfig) -> ckpt.MarkerRepair | None:
 
 def prepare(cfg: TrainerConfig, *, attempt: int | None = None) -> Any:
     """Everything an attempt does before SkyRL runs, on the driver, in order; returns SkyRL's checked config."""
+    return _prepare(cfg, attempt)[0]
+
+
+def _prepare(cfg: TrainerConfig, attempt: int | None) -> tuple[Any, SkyRLData]:
     os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
     repair_resume_marker(cfg)
     # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
@@ -267,26 +274,35 @@ def prepare(cfg: TrainerConfig, *, attempt: int | None = None) -> Any:
         images_per_prompt=data.images_per_prompt,
         eval_before_train=baseline_due(progress.reporter.metrics_file, resuming=resumes is not None),
     )
-    return checked_skyrl_config(overrides)
+    return checked_skyrl_config(overrides), data
 
 
-def final_step_sealed(cfg: TrainerConfig) -> int | None:
-    """The marker's step when it is already the run's last (spec.algorithm.maxSteps), else None. An attempt can start
-    after the previous one sealed its final step (stopped, or its RayJob replaced, before it ended). SkyRL's loop
-    checks `max_training_steps` only after a step (RayPPOTrainer.train), so it would train one step past the end
-    and seal it; the attempt exports the sealed step instead."""
-    last = cfg.algorithm.max_steps
-    saved = checkpoint_to_resume(cfg.checkpoint.dir) if cfg.resume == "latest" and last else None
-    return saved.step if saved is not None and last is not None and saved.step >= last else None
+def last_step(cfg: TrainerConfig, train_rows: int) -> int:
+    """The run's last step as SkyRL counts it, or more: its dataloader drops the last partial batch, and its dataset
+    may drop overlong prompts, so `rows // trainBatchSize` batches per epoch is never fewer than SkyRL's."""
+    algo = cfg.algorithm
+    steps = train_rows // algo.train_batch_size * algo.epochs
+    return min(steps, algo.max_steps) if algo.max_steps else steps
+
+
+def final_step_sealed(cfg: TrainerConfig, train_rows: int) -> int | None:
+    """The marker's step when it is already the run's last (`last_step`), else None. An attempt can start after the
+    previous one sealed its final step (stopped, or its RayJob replaced, before it ended). Resumed there, SkyRL's
+    loop would train one step past `max_training_steps` (it checks after a step, RayPPOTrainer.train) and seal it,
+    or, at the end of its last epoch, save that step again in place, where a kill would tear a sealed checkpoint. The
+    attempt exports the sealed step instead."""
+    saved = checkpoint_to_resume(cfg.checkpoint.dir) if cfg.resume == "latest" else None
+    last = last_step(cfg, train_rows)
+    return saved.step if saved is not None and last > 0 and saved.step >= last else None
 
 
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
-    skyrl_cfg = prepare(cfg, attempt=attempt)
-    if (step := final_step_sealed(cfg)) is None:
+    skyrl_cfg, data = _prepare(cfg, attempt)
+    if (step := final_step_sealed(cfg, data.train_rows)) is None:
         _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
     else:
         log.info("step %d, the last, is already sealed: exporting it, no training", step)
-        SkyRLProgress.from_config(cfg, attempt=attempt).on_train_end(step, cfg.algorithm.max_steps)
+        SkyRLProgress.from_config(cfg, attempt=attempt).on_train_end(step, step)
     return export_final_adapter(cfg)
 
 
