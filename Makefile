@@ -169,14 +169,18 @@ demo: setup bins kuberay mlflow-venv images ## the main job end to end on a loca
 # Sizes of `make bench` (not part of `make test`): 30-45 minutes on 2 shared cores (+4.5 min to compile KubeRay
 # once); smaller: `make bench BENCH_JOBS=50 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.
 BENCH_JOBS ?= 200
+# mmrl vs KubeRay: fresh control planes, the two controllers' phases in alternating order (bench/latency.py)
+BENCH_ROUNDS ?= 5
+BENCH_JOBS_LARGE ?= 1000
 BENCH_FAULTS ?= 50
 BENCH_MEMORY ?= --jobs 1000 --nodes 500
 BENCH_CHAOS_JOBS ?= 50
 BENCH_VALIDATION_SPECS ?= 5000
 
 bench: setup bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, memory and restarts, failover, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
-	$(VPY) bench/latency.py --jobs $(BENCH_JOBS)
-	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --profile
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --rounds $(BENCH_ROUNDS)
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS_LARGE) --rounds $(BENCH_ROUNDS) --name latency-1000
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --rounds 1 --profile
 	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS)
 	$(VPY) bench/memory.py $(BENCH_MEMORY)
 	$(VPY) bench/failover.py
@@ -198,15 +202,15 @@ bench-compare: setup bins kuberay ## latency, recovery and memory: operator at B
 	git archive $(BEFORE) api operator | tar -x -C $(BEFORE_TREE)
 	git rev-parse --short $(BEFORE) > bench/out/before/REVISION
 	git describe --always --dirty > bench/out/after/REVISION
-	$(BEFORE_PATH) $(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --out bench/out/before
-	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --out bench/out/after
+	$(BEFORE_PATH) $(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --rounds 1 --out bench/out/before
+	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --rounds 1 --out bench/out/after
 	$(BEFORE_PATH) $(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS) --out bench/out/before
 	$(VPY) bench/recovery.py --jobs 20 --faults $(BENCH_FAULTS) --out bench/out/after
 	$(BEFORE_PATH) $(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/before
 	$(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/after
 	$(VPY) bench/report.py
 
-# The control plane's binaries are built while KubeRay's and Kueue's are (`build --kuberay --kueue`), not after them.
+# The control plane builds beside KubeRay, and Kueue after the control plane, whose compiled packages it reuses.
 kuberay: ## build (or reuse) the control plane binaries and the real KubeRay operator (v1.5.1) and Kueue (v0.17.0)
 	$(PYTHON) -m mmrl_local build --kuberay --kueue
 
