@@ -1,0 +1,17 @@
+"""docs/benchmarks.md is bench/report.py's tables followed by bench/notes.md, the hand-written analysis. A section
+written into the doc alone would be lost at the next `make bench`; one written into the notes alone would not show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_NOTE = "## How these were measured"
+
+
+def test_the_benchmarks_doc_ends_with_the_notes_as_written() -> None:
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    notes = (ROOT / "bench" / "notes.md").read_text()
+    assert notes.startswith(FIRST_NOTE)
+    assert FIRST_NOTE in doc
+    assert doc[doc.index(FIRST_NOTE) :] == notes, "edit bench/notes.md and the same text in docs/benchmarks.md"
