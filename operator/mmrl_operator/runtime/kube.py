@@ -13,10 +13,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -32,12 +30,6 @@ if TYPE_CHECKING:
     from mmrl_operator.runtime.prober import Prober
 
 log = logging.getLogger("mmrl.kube")
-T = TypeVar("T")
-R = TypeVar("R")
-# Requests one pass sends at once (`Kube.each`): its reads by name, its independent applies, its events.
-FAN_OUT = 4
-# Connections kept to the apiserver: the informers' watches (7), 4 workers x FAN_OUT, the /v1/models probes (4).
-POOL_CONNECTIONS = 32
 
 
 class StatusConflict(Exception):
@@ -69,9 +61,7 @@ def load_config() -> client.ApiClient:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    settings = client.Configuration.get_default_copy()
-    settings.connection_pool_maxsize = POOL_CONNECTIONS  # the client's default is 5 per CPU
-    return client.ApiClient(settings)
+    return client.ApiClient()
 
 
 class Kube:
@@ -84,7 +74,6 @@ class Kube:
         self._thread = threading.local()  # requests of the current thread: the reconcile passes run on 4 workers
         # The operator's /v1/models prober (set by dispatch.Runtime); without one a pass asks the server itself.
         self.prober: Prober | None = None
-        self._fan = ThreadPoolExecutor(FAN_OUT, thread_name_prefix="mmrl-fan")
 
     def _resource(self, api_version: str, kind: str, *verbs: str):  # type: ignore[no-untyped-def]
         resource = self.dyn.resources.get(api_version=api_version, kind=kind)
@@ -98,25 +87,6 @@ class Kube:
     def thread_calls(self) -> int:
         """Requests made so far by the calling thread (a pass's own calls: the difference around it)."""
         return getattr(self._thread, "calls", 0)
-
-    def each(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """`fn(item)` for every item, at once (FAN_OUT at a time), results in order; the first exception raised is
-        raised here after all have ended. The requests they make count as the calling thread's, like its own."""
-        if len(items) < 2:
-            return [fn(item) for item in items]
-
-        def counted(item: T) -> tuple[R, int]:
-            before = self.thread_calls()
-            return fn(item), self.thread_calls() - before
-
-        futures = [self._fan.submit(counted, item) for item in items]
-        done = [(f.exception(), f) for f in futures]  # waits for all: none is left running behind the pass
-        calls = sum(f.result()[1] for error, f in done if error is None)
-        self._thread.calls = self.thread_calls() + calls
-        for error, _ in done:
-            if error is not None:
-                raise error
-        return [f.result()[0] for _, f in done]
 
     def _wrote(self) -> None:
         """After each write that the apiserver accepted (test tooling stops the process here: mmrl_local.crashing)."""

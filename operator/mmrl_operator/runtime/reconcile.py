@@ -66,7 +66,7 @@ def observe(
     """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs; the
     serving side is observed too unless `serving` is given."""
     ns, name, uid = job.namespace, job.name, job_uid(job)
-    owned = list_owned or prefetched(kube, ns, name)
+    owned = list_owned or kube.list_owned
     foreign: list[str] = []
     clusters: list[dict[str, Any]] = []
     for obj in owned(c.RAY_API_VERSION, "RayCluster", ns, name):
@@ -113,9 +113,8 @@ def observe(
     nodes = {}
     # The running attempt's earlier nodes too: one deleted with its pods is still this job's fault to see.
     attempt_nodes = set(job.status.attempt_nodes) if job.status else set()
-    node_names = sorted({p.node for p in pods if p.node} | attempt_nodes)
-    for node_name, node in zip(node_names, kube.each(lookup, node_names), strict=True):
-        nodes[node_name] = node_verdict(node_name, node, hyperpod=job.spec.cluster.hyperpod)
+    for node_name in sorted({p.node for p in pods if p.node} | attempt_nodes):
+        nodes[node_name] = node_verdict(node_name, lookup(node_name), hyperpod=job.spec.cluster.hyperpod)
     avoided_now = {
         name: nodes[name].uid if name in nodes else dig(lookup(name), "metadata", "uid") for name in avoided_nodes(job)
     }
@@ -133,22 +132,6 @@ def observe(
         status_problems=tuple(status_problems or ()),
         kueue_leftover=leftover,
     )
-
-
-# What a fresh observation LISTs for every job, sent at once (the Deployment and Service only for a trained job).
-FRESH_KINDS = ((c.RAY_API_VERSION, "RayCluster"), (c.RAY_API_VERSION, "RayJob"), ("v1", "Pod"))
-
-
-def prefetched(kube: Kube, namespace: str, job: str) -> ListOwned:
-    """`kube.list_owned`, with the LISTs of FRESH_KINDS already made at once; any other kind is listed when asked."""
-    lists = dict(zip(FRESH_KINDS, kube.each(lambda k: kube.list_owned(*k, namespace, job), FRESH_KINDS), strict=True))
-
-    def owned(api_version: str, kind: str, ns: str, name: str) -> list[dict[str, Any]]:
-        if (ns, name) == (namespace, job) and (api_version, kind) in lists:
-            return lists[(api_version, kind)]
-        return kube.list_owned(api_version, kind, ns, name)
-
-    return owned
 
 
 def may_create_cluster_under_kueue(job: MultimodalRLJob) -> bool:
@@ -227,46 +210,15 @@ def controlled_children(job: MultimodalRLJob, observed: Observed) -> set[tuple[s
 def name_conflicts(kube: Kube, job: MultimodalRLJob, observed: Observed, objects: list[dict[str, Any]]) -> list[str]:
     """The objects of `objects` whose name is taken by one this job does not control. A child this pass observed
     under the job's control needs no read; any other is read by name (first writes, static children)."""
-    known, uid = controlled_children(job, observed), job_uid(job)
-    unknown = [o for o in objects if (o["kind"], o["metadata"]["name"]) not in known]
-    existing = kube.each(lambda o: kube.get(o["apiVersion"], o["kind"], job.namespace, o["metadata"]["name"]), unknown)
-    return [
-        describe(o["kind"], o["metadata"]["name"], found)
-        for o, found in zip(unknown, existing, strict=True)
-        if found is not None and not controlled_by(found, uid)
-    ]
-
-
-# Kinds nothing else in a plan is built on: consecutive ones are applied at once. A RayCluster, RayJob or Deployment
-# waits for what comes before it in the plan (KubeRay needs the ServiceAccount and ConfigMap its pods name) and goes
-# alone.
-INDEPENDENT_KINDS = frozenset({"ServiceAccount", "ConfigMap", "Role", "RoleBinding", "Service"})
-
-
-def waves(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """`objects` in plan order, cut into groups that may be applied at once (see INDEPENDENT_KINDS)."""
-    out: list[list[dict[str, Any]]] = []
+    known, uid, found = controlled_children(job, observed), job_uid(job), []
     for obj in objects:
-        if out and obj["kind"] in INDEPENDENT_KINDS and all(o["kind"] in INDEPENDENT_KINDS for o in out[-1]):
-            out[-1].append(obj)
-        else:
-            out.append([obj])
-    return out
-
-
-def apply_all(kube: Kube, objects: list[dict[str, Any]], caches: Caches | None) -> list[str]:
-    """Apply `objects` wave by wave; returns why the apiserver refused any (the others are applied)."""
-
-    def one(obj: dict[str, Any]) -> str | None:
-        try:
-            stored = kube.apply(obj)
-        except ApplyRejected as exc:
-            return str(exc)
-        if caches is not None:
-            caches.wrote(stored)  # the next pass sees our write even before the watch delivers it
-        return None
-
-    return [why for wave in waves(objects) for why in kube.each(one, wave) if why is not None]
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if (kind, name) in known:
+            continue
+        existing = kube.get(obj["apiVersion"], kind, job.namespace, name)
+        if existing is not None and not controlled_by(existing, uid):
+            found.append(describe(kind, name, existing))
+    return found
 
 
 def _ours(obj: dict[str, Any], name: str, uid: str) -> bool:
@@ -403,7 +355,15 @@ def reconcile(
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.
     conflicts = name_conflicts(kube, job, observed, plan.apply)
-    refused = [] if conflicts else apply_all(kube, plan.apply, caches)
+    refused = []
+    for obj in [] if conflicts else plan.apply:
+        try:
+            stored = kube.apply(obj)
+        except ApplyRejected as exc:
+            refused.append(str(exc))
+            continue
+        if caches is not None:
+            caches.wrote(stored)  # the next pass sees our write even before the watch delivers it
     if refused or conflicts:
         # Decide again knowing the applies failed: the status then says why (Stalled: NameConflict or ApplyFailed)
         # instead of recording an attempt that was never created, while deletes (fault handling) still go ahead.
@@ -428,8 +388,8 @@ def reconcile(
         kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)
         if caches is not None:
             caches.deleting(d.kind, namespace, d.name)
-    kube.each(lambda e: kube.event(raw, e.type, e.reason, e.message), plan.events)
     for e in plan.events:
+        kube.event(raw, e.type, e.reason, e.message)
         metrics.record_event(e.reason)
     if stored is not None:
         if jobs is not None:
