@@ -166,8 +166,9 @@ down: setup ## stop what `make up` started
 demo: setup bins kuberay mlflow-venv images ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job
 	$(VPY) -m mmrl_local.leftovers -- $(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze)
 
-# Sizes of `make bench` (not part of `make test`): 30-45 minutes on 2 shared cores (+4.5 min to compile KubeRay
-# once); smaller: `make bench BENCH_JOBS=50 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.
+# Sizes of `make bench` (not part of `make test`): about 1.5 hours on 2 shared cores, 40 min of it the 1,000-job
+# latency rounds (+4.5 min once to compile KubeRay); smaller: `make bench BENCH_JOBS=50 BENCH_JOBS_LARGE=200
+# BENCH_ROUNDS=3 BENCH_FAULTS=20 BENCH_CHAOS_JOBS=10 BENCH_MEMORY="--jobs 200 --nodes 100"`.
 BENCH_JOBS ?= 200
 # mmrl vs KubeRay: fresh control planes, the two controllers' phases in alternating order (bench/latency.py)
 BENCH_ROUNDS ?= 5
