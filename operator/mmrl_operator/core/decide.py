@@ -145,8 +145,15 @@ def suspend(d: Decision) -> None:
     d.set_phase("Suspended", "suspended; set spec.suspend=false to resume from the latest checkpoint")
 
 
+def refused_before(d: Decision) -> bool:
+    """Whether the last pass could not write all it meant to (the apiserver refused an apply, or a name was taken):
+    which children it wrote is not recorded, so this pass applies the static ones again."""
+    stalled = next((c for c in d.status.conditions if c.type == "Stalled"), None)
+    return stalled is not None and stalled.status == "True" and stalled.reason in ("ApplyFailed", "NameConflict")
+
+
 def ensure_children(d: Decision) -> None:
-    first_time = d.status.observed_generation != d.gen or d.obs.raycluster is None
+    first_time = d.status.observed_generation != d.gen or d.obs.raycluster is None or refused_before(d)
     late: list[dict[str, Any]] = []
     if first_time:
         # KubeRay needs the ServiceAccount and the pods the ConfigMap before it can start the cluster; the Role

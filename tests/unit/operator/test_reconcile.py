@@ -383,6 +383,20 @@ def test_a_refused_rayjob_apply_records_no_attempt_and_says_why() -> None:
     assert again.events == []  # the same refusal is not announced again
 
 
+def test_static_children_are_applied_again_after_a_pass_whose_applies_were_refused() -> None:
+    """The first pass wrote the RayCluster but one static child was refused (a webhook, a quota, RBAC): the next pass
+    applies them again instead of running attempt 1 without it, and once written they are left alone."""
+    j = job()
+    first = decide(j, 1, Observed(), T0)
+    refused = "RoleBinding geo-trainer was refused (403): forbidden"
+    j = advance(j, decide(j, 1, Observed(apply_error=refused), T0))
+    again = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
+    static = [o for o in first.apply if o["kind"] != "RayCluster"]
+    assert [o for o in static if o not in again.apply] == []
+    settled = decide(advance(j, again), 1, Observed(raycluster=ready_cluster(j)), T0)
+    assert [o["kind"] for o in settled.apply if o in static] == []
+
+
 def kueue_held(j, suspended: bool = True) -> dict:
     rc = ready_cluster(j)
     rc["spec"]["suspend"] = suspended
