@@ -372,6 +372,10 @@ def reconcile(
         )
         plan = decide(job, generation, failed, now)
         plan.apply = []
+    # Events before the status: whoever sees a condition the pass set (kubectl describe, a test) finds its event.
+    for e in plan.events:
+        kube.event(raw, e.type, e.reason, e.message)
+        metrics.record_event(e.reason)
     patch = _status_patch(raw.get("status") or {}, plan.status)
     stored = None
     if patch:
@@ -388,9 +392,6 @@ def reconcile(
         kube.delete(d.api_version, d.kind, namespace, d.name, d.grace_seconds)
         if caches is not None:
             caches.deleting(d.kind, namespace, d.name)
-    for e in plan.events:
-        kube.event(raw, e.type, e.reason, e.message)
-        metrics.record_event(e.reason)
     if stored is not None:
         if jobs is not None:
             jobs.seen(stored)

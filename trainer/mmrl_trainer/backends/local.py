@@ -215,7 +215,7 @@ def trained_policy(model, resume: ckpt.Checkpoint):
     only exports and evaluates. TRL would train one step more: a resumed loop checks max_steps after each step."""
     from peft import PeftModel
 
-    log.info("step %d, the last, is already sealed at %s: exporting it, no training", resume.step, resume.path)
+    log.info("resuming from step %d at %s, the run's last: exporting it, no training", resume.step, resume.path)
     return PeftModel.from_pretrained(model, str(resume.path / "policy"))
 
 

@@ -301,7 +301,7 @@ def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
     if (step := final_step_sealed(cfg, data.train_rows)) is None:
         _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
     else:
-        log.info("step %d, the last, is already sealed: exporting it, no training", step)
+        log.info("resuming from step %d, the run's last: exporting it, no training", step)
         SkyRLProgress.from_config(cfg, attempt=attempt).on_train_end(step, step)
     return export_final_adapter(cfg)
 
