@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import threading
 import urllib.request
 from pathlib import Path
@@ -143,7 +144,11 @@ def assert_trained(d: Demo, api_client, namespace: str, summary) -> None:
     # `mmrl plot` drew the curve from them with attempt 2's start marked.
     assert status["tracking"]["tensorboard"] == f"{status['jobDir']}/tracking/tensorboard"
     assert summary.plot is not None and summary.plot.stat().st_size > 0
-    assert "TensorBoard files" in summary.plot_source and "attempts [1, 2]" in summary.plot_source
+    assert "TensorBoard files" in summary.plot_source
+    # Attempt 1's trainer may have started twice: when the node fault takes the Ray head while no replica leads,
+    # KubeRay's submitter resubmits the job to the new head inside attempt 1 (core/attempts.py, track_running).
+    runs = [int(n) for n in re.search(r"attempts \[([\d, ]*)\]", summary.plot_source).group(1).split(",")]
+    assert list(dict.fromkeys(runs)) == [1, 2], summary.plot_source
     curves = from_tensorboard(d.host_dir(status["tracking"]["tensorboard"]))
     assert curves.markers() == [
         (float(summary.resumed_from_step), f"attempt 2: resumed from step {summary.resumed_from_step}")
