@@ -148,8 +148,7 @@ def suspend(d: Decision) -> None:
 def refused_before(d: Decision) -> bool:
     """Whether the last pass could not write all it meant to (the apiserver refused an apply, or a name was taken):
     which children it wrote is not recorded, so this pass applies the static ones again."""
-    stalled = next((c for c in d.status.conditions if c.type == "Stalled"), None)
-    return stalled is not None and stalled.status == "True" and stalled.reason in ("ApplyFailed", "NameConflict")
+    return d.failed_reason() in ("ApplyFailed", "NameConflict")
 
 
 def ensure_children(d: Decision) -> None:
