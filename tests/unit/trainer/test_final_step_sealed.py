@@ -10,6 +10,7 @@ import pytest
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_trainer import checkpoint as ckpt
 from mmrl_trainer.backends.skyrl import final_step_sealed, last_step
+from mmrl_trainer.world_size import check_resume_world_size
 from tests.unit.trainer.skyrl_job import skyrl_config
 
 
@@ -48,9 +49,12 @@ def test_an_attempt_skips_training_only_when_the_sealed_step_is_the_last(
 ) -> None:
     if marker is not None:
         (tmp_path / ckpt.MARKER).write_text(marker)
-    assert final_step_sealed(config(tmp_path, max_steps, resume), train_rows=8) == expected
+    cfg = config(tmp_path, max_steps, resume)
+    # The checkpoint the attempt resumes, as the driver reads it before deciding (skyrl._prepare).
+    assert final_step_sealed(cfg, check_resume_world_size(cfg), train_rows=8) == expected
 
 
 def test_a_run_too_small_for_one_batch_never_counts_as_finished(tmp_path: Path) -> None:
     (tmp_path / ckpt.MARKER).write_text("0")
-    assert final_step_sealed(config(tmp_path), train_rows=3) is None
+    cfg = config(tmp_path)
+    assert final_step_sealed(cfg, check_resume_world_size(cfg), train_rows=3) is None

@@ -36,7 +36,7 @@ from mmrl_trainer.data import SKYRL_ENV_CLASS, SKYRL_EPISODE_ENV_CLASS, SKYRL_GY
 from mmrl_trainer.errors import InvalidConfig
 from mmrl_trainer.lineage import baseline_due
 from mmrl_trainer.staging import model_path
-from mmrl_trainer.world_size import check_resume_world_size, checkpoint_to_resume
+from mmrl_trainer.world_size import SavedCheckpoint, check_resume_world_size
 
 log = logging.getLogger("mmrl_trainer.skyrl")
 ENV_ENTRY_POINT = "mmrl_trainer.backends.skyrl_env:RewardEnv"
@@ -258,7 +258,8 @@ def prepare(cfg: TrainerConfig, *, attempt: int | None = None) -> Any:
     return _prepare(cfg, attempt)[0]
 
 
-def _prepare(cfg: TrainerConfig, attempt: int | None) -> tuple[Any, SkyRLData]:
+def _prepare(cfg: TrainerConfig, attempt: int | None) -> tuple[Any, SkyRLData, SavedCheckpoint | None]:
+    """`prepare`, also returning the data it wrote and the checkpoint SkyRL will resume (None: from step 0)."""
     os.environ.update(skyrl_environment(cfg))  # before skyrl is imported: it reads some variables at import
     repair_resume_marker(cfg)
     # Before the slow part (data, Ray, model and engine start-up): the attempt and the step it resumes from.
@@ -274,7 +275,7 @@ def _prepare(cfg: TrainerConfig, attempt: int | None) -> tuple[Any, SkyRLData]:
         images_per_prompt=data.images_per_prompt,
         eval_before_train=baseline_due(progress.reporter.metrics_file, resuming=resumes is not None),
     )
-    return checked_skyrl_config(overrides), data
+    return checked_skyrl_config(overrides), data, resumes
 
 
 def last_step(cfg: TrainerConfig, train_rows: int) -> int:
@@ -285,20 +286,19 @@ def last_step(cfg: TrainerConfig, train_rows: int) -> int:
     return min(steps, algo.max_steps) if algo.max_steps else steps
 
 
-def final_step_sealed(cfg: TrainerConfig, train_rows: int) -> int | None:
-    """The marker's step when it is already the run's last (`last_step`), else None. An attempt can start after the
-    previous one sealed its final step (stopped, or its RayJob replaced, before it ended). Resumed there, SkyRL's
-    loop would train one step past `max_training_steps` (it checks after a step, RayPPOTrainer.train) and seal it,
-    or, at the end of its last epoch, save that step again in place, where a kill would tear a sealed checkpoint. The
-    attempt exports the sealed step instead."""
-    saved = checkpoint_to_resume(cfg.checkpoint.dir) if cfg.resume == "latest" else None
+def final_step_sealed(cfg: TrainerConfig, saved: SavedCheckpoint | None, train_rows: int) -> int | None:
+    """The step of `saved`, the checkpoint the attempt resumes, when it is already the run's last (`last_step`), else
+    None. An attempt can start after the previous one sealed its final step (stopped, or its RayJob replaced, before
+    it ended). Resumed there, SkyRL's loop would train one step past `max_training_steps` (it checks after a step,
+    RayPPOTrainer.train) and seal it, or, at the end of its last epoch, save that step again in place, where a kill
+    would tear a sealed checkpoint. The attempt exports the sealed step instead."""
     last = last_step(cfg, train_rows)
     return saved.step if saved is not None and last > 0 and saved.step >= last else None
 
 
 def run(cfg: TrainerConfig, *, attempt: int | None = None) -> Exported:
-    skyrl_cfg, data = _prepare(cfg, attempt)
-    if (step := final_step_sealed(cfg, data.train_rows)) is None:
+    skyrl_cfg, data, resumes = _prepare(cfg, attempt)
+    if (step := final_step_sealed(cfg, resumes, data.train_rows)) is None:
         _train(cfg, skyrl_cfg, attempt)  # pragma: no cover - needs the GPU image
     else:
         log.info("resuming from step %d, the run's last: exporting it, no training", step)
