@@ -148,15 +148,29 @@ def phase_ours(api, op: OperatorProcess, n: int, profile_to: Path | None) -> dic
             (op.metric("mmrl_reconcile_duration_seconds_sum") - seconds0) / max(reconciles, 1), 4
         ),
         "operator_rss_mib": common.rss_mib(op.proc.pid)[0] if op.proc else None,
-        "cluster_spec": clusters.objects[names[0]]["spec"],
     }
     if hot is not None:
         result["profile"] = hot
     return result
 
 
+def pods_need(spec: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The ServiceAccounts and ConfigMaps the cluster spec's pod templates name."""
+    templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec.get("workerGroupSpecs") or [])]
+    accounts = {t["spec"]["serviceAccountName"] for t in templates if t["spec"].get("serviceAccountName")}
+    maps = {v["configMap"]["name"] for t in templates for v in t["spec"].get("volumes") or [] if "configMap" in v}
+    return accounts, maps
+
+
 def phase_kuberay(api, n: int, cluster_spec: dict[str, Any]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    custom = client.CustomObjectsApi(api)
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    # What mmrl creates beside a job's RayCluster, made here once for all of KubeRay's: without them KubeRay cannot
+    # create a single pod (no such ServiceAccount), so its clusters would never be ready nor its RayJobs end.
+    accounts, maps = pods_need(cluster_spec)
+    for name in accounts:
+        core.create_namespaced_service_account(THEIRS, {"metadata": {"name": name}})
+    for name in maps:
+        core.create_namespaced_config_map(THEIRS, {"metadata": {"name": name}, "data": {}})
     clusters = common.Appearances(api, THEIRS, "rayclusters").start()
     names = [f"kr-{i}" for i in range(n)]
     spec = {k: v for k, v in cluster_spec.items() if k != "suspend"}
@@ -190,41 +204,37 @@ def phase_kuberay(api, n: int, cluster_spec: dict[str, Any]) -> dict[str, Any]: 
     }
 
 
-def settle(api, n: int, timeout: float) -> float:  # type: ignore[no-untyped-def]
-    """Wait until mmrl's phase stops changing (KubeRay failed its RayJobs, the operator recorded it)."""
-    jobs, t0 = Jobs(api, OURS), time.monotonic()
-    done = lambda: sum(  # noqa: E731
-        1
-        for j in jobs.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, OURS, c.PLURAL)["items"]
-        if (j.get("status") or {}).get("phase") in ("Failed", "Succeeded")
-    )
-    with contextlib.suppress(TimeoutError):
-        common.wait_for(lambda: done() >= n, timeout, "mmrl's jobs to settle", 2.0)
-    return round(time.monotonic() - t0, 1)
+# When a phase has stopped changing: under kwok KubeRay fails every RayJob 30-60 s after its submitter ends, and for
+# mmrl's phase the operator then records each job's end. (group, version, namespace, plural, status field, ends)
+SETTLED = {
+    "mmrl": (c.GROUP, c.VERSION, OURS, c.PLURAL, "phase", ("Failed", "Succeeded")),
+    "kuberay": (c.RAY_GROUP, c.RAY_VERSION, THEIRS, "rayjobs", "jobDeploymentStatus", ("Failed", "Complete")),
+}
 
 
-def settle_kuberay(api, n: int, timeout: float) -> float:  # type: ignore[no-untyped-def]
-    """Wait until KubeRay's phase stops changing: under kwok it fails every RayJob 30-60 s after its submitter ends."""
+def settle(api, side: str, n: int, timeout: float) -> float:  # type: ignore[no-untyped-def]
+    """Wait until `side`'s phase stops changing (see SETTLED), so the next phase runs on a quiet cluster."""
+    group, version, namespace, plural, field_name, ends = SETTLED[side]
     custom, t0 = client.CustomObjectsApi(api), time.monotonic()
-    done = lambda: sum(  # noqa: E731
-        1
-        for j in custom.list_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, THEIRS, "rayjobs")["items"]
-        if (j.get("status") or {}).get("jobDeploymentStatus") in ("Failed", "Complete")
-    )
+
+    def done() -> int:
+        items = custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+        return sum(1 for o in items if (o.get("status") or {}).get(field_name) in ends)
+
     with contextlib.suppress(TimeoutError):
-        common.wait_for(lambda: done() >= n, timeout, "KubeRay's RayJobs to settle", 2.0)
+        common.wait_for(lambda: done() >= n, timeout, f"{side}'s phase to settle", 2.0)
     return round(time.monotonic() - t0, 1)
 
 
 def bench_cluster_spec() -> dict[str, Any]:
-    """The RayCluster spec mmrl builds for a bench job: what KubeRay's RayJobs carry when KubeRay's phase goes first."""
+    """The RayCluster spec mmrl builds for a bench job: what KubeRay's RayJobs carry, in either order of phases (the
+    ServiceAccount and ConfigMap it names are made in KubeRay's namespace, `pods_need`)."""
     from mmrl_api import MultimodalRLJob
     from mmrl_operator.core.builders.raycluster import build_raycluster
 
     doc = common.bench_job("lat-0")
     doc["metadata"].update({"namespace": OURS, "uid": "00000000-0000-0000-0000-000000000000"})
-    spec = build_raycluster(MultimodalRLJob.model_validate(doc))["spec"]
-    return {k: v for k, v in spec.items() if k != "suspend"}
+    return build_raycluster(MultimodalRLJob.model_validate(doc))["spec"]  # type: ignore[no-any-return]
 
 
 def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
@@ -258,11 +268,10 @@ def one_round(args: argparse.Namespace, index: int, work: Path) -> dict[str, Any
             if side == "mmrl":
                 profile = work / f"operator-profile-{index}.txt" if args.profile else None
                 out["mmrl"] = phase_ours(api, op, n, profile)
-                out["mmrl_settle_seconds"] = 0.0 if last else settle(api, n, args.settle_timeout)
+                out["mmrl_settle_seconds"] = 0.0 if last else settle(api, side, n, args.settle_timeout)
             else:
                 out["kuberay"] = phase_kuberay(api, m, bench_cluster_spec())
-                out["kuberay_settle_seconds"] = 0.0 if last else settle_kuberay(api, m, args.settle_timeout)
-    out["mmrl"].pop("cluster_spec", None)
+                out["kuberay_settle_seconds"] = 0.0 if last else settle(api, side, m, args.settle_timeout)
     if "kuberay" in out:
         out["ratio"] = ratios(out["mmrl"], out["kuberay"])
     out["seconds"] = round(time.monotonic() - began, 1)
