@@ -18,10 +18,20 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 
 FIELD_MANAGER = "mmrl-operator"
 
+# One vLLM server for one base model, shared by the adapters of many jobs (docs/serving.md, "Shared serving").
+SERVER_KIND = "ModelServer"
+SERVER_PLURAL = "modelservers"
+SERVER_SINGULAR = "modelserver"
+SERVER_SHORT_NAMES = ["msrv"]
+SERVER_CRD_NAME = f"{SERVER_PLURAL}.{GROUP}"
+# `<name>-vllm` (Deployment and Service) must be a DNS-1035 label of at most 63 characters.
+MAX_SERVER_NAME_LENGTH = 58
+
 # Labels and annotations mmrl puts on the objects it owns.
 LABEL_JOB = "mmrl.dev/job"
 LABEL_ATTEMPT = "mmrl.dev/attempt"
 LABEL_COMPONENT = "mmrl.dev/component"
+LABEL_SERVER = "mmrl.dev/server"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "mmrl-operator"
 

@@ -34,6 +34,17 @@ class ImageBudget:
         return {"size": {"longest_edge": self.max_pixels, "shortest_edge": self.min_pixels}}
 
 
+def pixel_cap_kwargs(max_pixels: int) -> dict[str, Any]:
+    """The processor arguments that resize every image under `max_pixels` (a ModelServer's `maxImagePixels`), with
+    the smallest side kept as `image_budget` keeps it: at most a quarter of the cap."""
+    return {"size": {"longest_edge": max_pixels, "shortest_edge": min_pixels(max_pixels)}}
+
+
+def min_pixels(max_pixels: int, patch_size: int = QWEN3_VL_PATCH_SIZE, merge_size: int = QWEN3_VL_MERGE_SIZE) -> int:
+    pixels_per_token = (patch_size * merge_size) ** 2
+    return max(pixels_per_token, min(QWEN3_VL_MIN_PIXELS, max_pixels // 4))
+
+
 def image_budget(
     max_prompt_length: int,
     images_per_prompt: int = 1,
@@ -56,4 +67,4 @@ def image_budget(
     tokens = max(1, share - IMAGE_WRAPPER_TOKENS)
     pixels_per_token = (patch_size * merge_size) ** 2
     max_pixels = tokens * pixels_per_token
-    return ImageBudget(tokens, max_pixels, max(pixels_per_token, min(QWEN3_VL_MIN_PIXELS, max_pixels // 4)))
+    return ImageBudget(tokens, max_pixels, min_pixels(max_pixels, patch_size, merge_size))

@@ -1,18 +1,16 @@
 """The MultimodalRLJob resource as a whole: spec, status, metadata rules, and validation with field paths.
 
 `validate_manifest` is the one validation path used by `mmrl validate`, the operator's second line of defence
-and the tests: it returns every problem as `FieldError(path, message)` with the same dotted path that
-`kubectl` prints for an admission error (`spec.algorithm.miniBatchSize`).
+and the tests (`manifest.validate_document`: every problem as `FieldError(path, message)`, with the path `kubectl`
+prints for an admission error).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_api import batch_geometry
 from mmrl_api.base import ApiModel, cel, cel_rules, immutable
@@ -22,6 +20,7 @@ from mmrl_api.context_budget import spec_max_model_len, spec_max_model_len_cel
 from mmrl_api.environment import LOCAL_CANNOT_RUN_SKYRL_GYM
 from mmrl_api.kueue import field_error, field_errors, job_transition_rules
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
+from mmrl_api.manifest import FieldError, validate_document
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_api.status import JobStatus
 from mmrl_api.tracking import TrackingSpec
@@ -202,77 +201,9 @@ class MultimodalRLJob(ApiModel):
         return self.metadata.namespace or "default"
 
 
-@dataclass(frozen=True)
-class FieldError:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-# Fields whose wire name is not their Python name in camelCase (`class` is a Python keyword).
-_WIRE_NAMES = {"class_path": "class"}
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part.startswith(("function-", "model-")):  # pydantic's validator markers: not a field
-            continue
-        else:
-            # Defaults are reported by Python name.
-            name = _WIRE_NAMES.get(part) or (to_camel(part) if "_" in part else part)
-            out += f".{name}" if out else name
-    return out
-
-
-def _message(err: dict[str, Any]) -> str:
-    msg = str(err["msg"])
-    msg = msg.removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        return "unknown field"
-    if err["type"] == "missing":
-        return "required field is missing"
-    if err["type"] == "string_pattern_mismatch":
-        return f"{err.get('input')!r} does not have the expected form (pattern {err['ctx']['pattern']})"
-    if err["type"] in ("literal_error", "enum"):
-        return f"{err.get('input')!r} is not one of the allowed values ({msg.removeprefix('Input should be ')})"
-    return msg
-
-
-# Opaque to the schema, so the apiserver keeps it exactly as written (a null in a merge patch deletes a field).
-OPAQUE_FIELDS = ("specPatch",)
-
-
-def as_apiserver_reads(value: Any) -> Any:
-    """The document as the apiserver validates it: a field set to null is absent (Kubernetes prunes nulls of
-    non-nullable fields before defaulting, and no field of this API is nullable). Without this, `mmrl validate`
-    would refuse `samplesPerPrompt: null`, which `kubectl apply` accepts as "use the default"."""
-    if isinstance(value, dict):
-        return {k: (v if k in OPAQUE_FIELDS else as_apiserver_reads(v)) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [as_apiserver_reads(v) for v in value]
-    return value
-
-
 def validate_manifest(doc: Any) -> tuple[MultimodalRLJob | None, list[FieldError]]:
     """Validate one parsed YAML document; return the model (when valid) and every error with its path."""
-    if not isinstance(doc, dict):
-        return None, [FieldError("(document)", "must be a mapping with apiVersion, kind, metadata and spec")]
-    doc = as_apiserver_reads(doc)
-    try:
-        job = MultimodalRLJob.model_validate(doc)
-    except ValidationError as exc:
-        errors = [FieldError(_path(e["loc"]) or "(document)", _message(e)) for e in exc.errors()]
-        meta = doc.get("metadata")
-        if isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"]:
-            errors += [FieldError("metadata.name", p) for p in ObjectMeta(name=meta["name"]).problems()]
-        return None, errors
-    problems = [FieldError("metadata.name", p) for p in job.metadata.problems()]
-    return (None, problems) if problems else (job, [])
+    return validate_document(doc, MultimodalRLJob, lambda name: ObjectMeta(name=name).problems())
 
 
 def parse_job(obj: dict[str, Any]) -> MultimodalRLJob:

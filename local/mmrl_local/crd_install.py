@@ -1,4 +1,4 @@
-"""Install mmrl's generated CRD (crds/ of this checkout) into a control plane with server-side apply, as Helm or
+"""Install mmrl's generated CRDs (crds/ of this checkout) into a control plane with server-side apply, as Helm or
 Argo CD would, and wait until it is Established."""
 
 from __future__ import annotations
@@ -16,16 +16,23 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 
 
 def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
-    body = yaml.safe_load(crd.crd_path(CRD_DIR).read_text())
-    apply_objects(api, [body])
+    """Every CRD of the mmrl.dev API (MultimodalRLJob, ModelServer)."""
+    bodies = [yaml.safe_load(crd.crd_path(CRD_DIR, kind).read_text()) for kind in crd.KINDS]
+    apply_objects(api, bodies)
     ext = client.ApiextensionsV1Api(api)
     deadline = time.monotonic() + timeout
+    waiting = [b["metadata"]["name"] for b in bodies]
     while time.monotonic() < deadline:
-        conds = ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
+        waiting = [n for n in waiting if not _established(ext, n)]
+        if not waiting:
             return
         time.sleep(0.1)
-    raise TimeoutError("the MultimodalRLJob CRD was not Established")
+    raise TimeoutError(f"CRDs not Established: {', '.join(waiting)}")
+
+
+def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
+    conds = ext.read_custom_resource_definition(name).status.conditions or []
+    return any(c.type == "Established" and c.status == "True" for c in conds)
 
 
 def install_trainer_status_policy(api: client.ApiClient, timeout: float = 30.0) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from mmrl_api import validate_manifest
-from mmrl_api.constants import KIND
+from mmrl_api.constants import KIND, SERVER_KIND
 from mmrl_operator.cli.bounded_mlflow import DEFAULT_BUDGET, budget_seconds
 
 
@@ -52,7 +52,8 @@ def _memory_plan(job, where: str, out, err) -> bool:  # type: ignore[no-untyped-
 
 
 def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:  # type: ignore[no-untyped-def]
-    """Validate every MultimodalRLJob document in the files; print errors with field paths. Exit status."""
+    """Validate every MultimodalRLJob and ModelServer document in the files; print errors with field paths.
+    Exit status."""
     failed = False
     for path in paths:
         try:
@@ -62,12 +63,15 @@ def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:
             failed = True
             continue
         docs = [d for d in docs if d is not None]
-        jobs = [d for d in docs if not isinstance(d, dict) or d.get("kind", KIND) == KIND]
-        if not jobs:
-            print(f"{path}: no {KIND} documents", file=err)
+        ours = [d for d in docs if not isinstance(d, dict) or d.get("kind", KIND) in (KIND, SERVER_KIND)]
+        if not ours:
+            print(f"{path}: no {KIND} or {SERVER_KIND} documents", file=err)
             failed = True
-        for index, doc in enumerate(jobs):
-            where = path if len(jobs) == 1 else f"{path}[{index}]"
+        for index, doc in enumerate(ours):
+            where = path if len(ours) == 1 else f"{path}[{index}]"
+            if isinstance(doc, dict) and doc.get("kind") == SERVER_KIND:
+                failed = not _validate_server(doc, where, out, err) or failed
+                continue
             job, errors = validate_manifest(doc)
             if job is None:
                 failed = True
@@ -81,10 +85,27 @@ def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:
     return 1 if failed else 0
 
 
+def _validate_server(doc: dict, where: str, out, err) -> bool:  # type: ignore[no-untyped-def,type-arg]
+    from mmrl_api.model_server import validate_server_manifest
+
+    server, errors = validate_server_manifest(doc)
+    if server is None:
+        for e in errors:
+            print(f"{where}: {e.path}: {e.message}", file=err)
+        return False
+    spec = server.spec
+    print(
+        f"{where}: ok: ModelServer {server.name}: {spec.model.name}, {spec.replicas} replica(s), up to "
+        f"{spec.max_adapters} adapters of rank <= {spec.max_lora_rank}, context {spec.max_model_len} tokens",
+        file=out,
+    )
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mmrl", description="mmrl: multimodal RL post-training on Kubernetes")
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="validate MultimodalRLJob YAML files offline")
+    v = sub.add_parser("validate", help="validate MultimodalRLJob and ModelServer YAML files offline")
     v.add_argument("files", nargs="+")
     r = sub.add_parser("render", help="print every object the operator would create for a job file, as YAML")
     r.add_argument("file")

@@ -1,4 +1,4 @@
-"""Generate the Helm chart's templates that come from code: the CRD (from the pydantic models), the RBAC (from
+"""Generate the Helm chart's templates that come from code: the CRDs (from the pydantic models), the RBAC (from
 `rbac.PERMISSIONS`) and the admission policies (trainer status fields from `policy.py`, specPatch limits from
 `spec_patch_policy.py`).
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from mmrl_operator.codegen.crd import build_crd
+from mmrl_operator.codegen.crd import JOB, SERVER, build_crd
 from mmrl_operator.codegen.generated import generator_main
 from mmrl_operator.codegen.spec_patch_policy import build_spec_patch_policy
 from mmrl_operator.codegen.trainer_status_policy import build_trainer_status_policy
@@ -53,7 +53,7 @@ metadata:
 {_labels(extra={"app.kubernetes.io/component": "crd"})}
   {{{{- if .Values.crds.keep }}}}
   annotations:
-    # Uninstalling the chart must not delete every MultimodalRLJob with the CRD.
+    # Uninstalling the chart must not delete every {crd["spec"]["names"]["kind"]} with the CRD.
     helm.sh/resource-policy: keep
   {{{{- end }}}}
 spec:
@@ -162,7 +162,8 @@ metadata:
 def render() -> dict[str, str]:
     """Chart-relative path -> content of every generated template."""
     return {
-        "templates/crd.yaml": render_crd(build_crd()),
+        "templates/crd.yaml": render_crd(build_crd(JOB)),
+        "templates/crd-modelserver.yaml": render_crd(build_crd(SERVER)),
         "templates/rbac.yaml": render_rbac(),
         "templates/trainer-status-policy.yaml": render_policy(
             build_trainer_status_policy(),

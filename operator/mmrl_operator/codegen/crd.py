@@ -1,15 +1,17 @@
-"""Generate the MultimodalRLJob CustomResourceDefinition from the pydantic models (the only schema source).
+"""Generate the CustomResourceDefinitions of the mmrl.dev API (MultimodalRLJob, ModelServer) from the pydantic
+models (the only schema source).
 
 Pydantic's JSON Schema is turned into a *structural* OpenAPI v3 schema as Kubernetes requires: `$ref`s are
 inlined, `Optional[X]` becomes X (absent means unset), numeric bounds use OpenAPI 3.0's boolean exclusive form,
 titles are dropped, field docstrings become descriptions (what `kubectl explain` prints), and CEL rules attached
-with `cel(...)` are kept. `python -m mmrl_operator.codegen.crd --out crds/` writes it; `--check crds/` fails on drift.
+with `cel(...)` are kept. `python -m mmrl_operator.codegen.crd --out crds/` writes them; `--check crds/` fails on drift.
 """
 
 from __future__ import annotations
 
 import copy
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -19,6 +21,7 @@ from pydantic import BaseModel, TypeAdapter
 from mmrl_api import constants as c
 from mmrl_api.base import CEL_KEY
 from mmrl_api.job import ROOT_RULES, JobSpec
+from mmrl_api.model_server import SERVER_ROOT_RULES, ModelServerSpec, ModelServerStatus
 from mmrl_api.status import JobStatus
 from mmrl_operator.codegen.generated import generator_main
 
@@ -198,17 +201,77 @@ def _integers_are_integers(node: Any) -> None:
         _integers_are_integers(node.get(key))
 
 
-def build_crd() -> dict[str, Any]:
-    spec = model_schema(JobSpec)
+SERVER_PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "priority": 1},
+    {"name": "Adapters", "type": "integer", "jsonPath": ".status.adapterCount"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One kind of the mmrl.dev API: its names, models, root rules and what `kubectl get` prints."""
+
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    root_rules: dict[str, Any]
+    printer_columns: list[dict[str, Any]]
+    description: str
+    spec_description: str
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{c.GROUP}"
+
+
+JOB = KindSpec(
+    c.KIND,
+    c.PLURAL,
+    c.SINGULAR,
+    tuple(c.SHORT_NAMES),
+    JobSpec,
+    JobStatus,
+    ROOT_RULES,
+    PRINTER_COLUMNS,
+    "MultimodalRLJob post-trains a vision-language model with GRPO + LoRA on a Ray cluster (KubeRay) and serves "
+    "the result with vLLM.",
+    "Desired state: a GRPO + LoRA post-training run of a vision-language model.",
+)
+SERVER = KindSpec(
+    c.SERVER_KIND,
+    c.SERVER_PLURAL,
+    c.SERVER_SINGULAR,
+    tuple(c.SERVER_SHORT_NAMES),
+    ModelServerSpec,
+    ModelServerStatus,
+    SERVER_ROOT_RULES,
+    SERVER_PRINTER_COLUMNS,
+    "ModelServer runs one vLLM server for one base model, into which the operator loads the LoRA adapters of the "
+    "MultimodalRLJobs that name it.",
+    "Desired state: the vLLM server, its base model and the adapters' limits.",
+)
+KINDS = (JOB, SERVER)
+
+
+def build_crd(kind: KindSpec = JOB) -> dict[str, Any]:
+    spec = model_schema(kind.spec)
     _integers_are_integers(spec)
-    spec["description"] = "Desired state: a GRPO + LoRA post-training run of a vision-language model."
-    # Status is written by the operator and the trainer; no defaults so an empty status stays empty.
-    status = model_schema(JobStatus, with_defaults=False)
-    status["description"] = "Observed state, written by the operator and (progress) by the trainer."
+    spec["description"] = kind.spec_description
+    # Status is written by the operator (and, for jobs, by the trainer); no defaults so an empty status stays empty.
+    status = model_schema(kind.status, with_defaults=False)
+    status["description"] = "Observed state, written by the operator" + (
+        " and (progress) by the trainer." if kind is JOB else "."
+    )
     root = {
         "type": "object",
-        "description": "MultimodalRLJob post-trains a vision-language model with GRPO + LoRA on a Ray cluster "
-        "(KubeRay) and serves the result with vLLM.",
+        "description": kind.description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string", "maxLength": 64},
@@ -217,24 +280,24 @@ def build_crd() -> dict[str, Any]:
             "spec": spec,
             "status": status,
         },
-        **ROOT_RULES,
+        **kind.root_rules,
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": c.CRD_NAME,
+            "name": kind.crd_name,
             "labels": {"app.kubernetes.io/name": "mmrl", "app.kubernetes.io/component": "crd"},
         },
         "spec": {
             "group": c.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": c.KIND,
-                "listKind": f"{c.KIND}List",
-                "plural": c.PLURAL,
-                "singular": c.SINGULAR,
-                "shortNames": list(c.SHORT_NAMES),
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.singular,
+                "shortNames": list(kind.short_names),
                 "categories": ["mmrl", "ml"],
             },
             "versions": [
@@ -243,7 +306,7 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),  # callers may edit their copy
+                    "additionalPrinterColumns": copy.deepcopy(kind.printer_columns),  # callers may edit their copy
                     "schema": {"openAPIV3Schema": root},
                 }
             ],
@@ -254,16 +317,16 @@ def build_crd() -> dict[str, Any]:
 HEADER = "# Generated by `make crds` from api/mmrl_api (the pydantic models). Do not edit.\n"
 
 
-def render() -> str:
-    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+def render(kind: KindSpec = JOB) -> str:
+    return HEADER + yaml.safe_dump(build_crd(kind), sort_keys=False, width=120)
 
 
-def crd_path(directory: Path) -> Path:
-    return directory / f"{c.CRD_NAME}.yaml"
+def crd_path(directory: Path, kind: KindSpec = JOB) -> Path:
+    return directory / f"{kind.crd_name}.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
-    return generator_main(__doc__.splitlines()[0], lambda: {crd_path(Path()).name: render()}, argv)
+    return generator_main(__doc__.splitlines()[0], lambda: {crd_path(Path(), k).name: render(k) for k in KINDS}, argv)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ accepts what `kubectl apply` accepts (found by tests/cluster/test_validation_agr
 from __future__ import annotations
 
 from mmrl_api import validate_manifest
-from mmrl_api.job import as_apiserver_reads
+from mmrl_api.manifest import as_apiserver_reads
 from mmrl_operator.codegen import crd
 from tests.support.corpus import example
 

@@ -1,0 +1,244 @@
+"""The ModelServer resource: one vLLM server for one base model, into which the operator loads the adapters of the
+jobs that name it (`spec.inference.server` of a MultimodalRLJob).
+
+A dedicated server (a job's own `<job>-inference` Deployment) costs one base model's GPUs per adapter; a ModelServer
+holds up to `maxAdapters` adapters beside one copy of the base model, loads a new one in seconds instead of starting
+a server, and keeps the previous adapter loaded while an alias moves. The operator turns it into a Deployment and a
+Service `<name>-vllm`, and reports its replicas, the adapters it holds and the conditions Ready, Reconciling and
+Stalled (kstatus), like a job's.
+
+Everything a replica must hold to serve a job's adapter is fixed here, on the server, because vLLM fixes it at
+start: the LoRA rank it can hold (`maxLoraRank`), how many adapters one batch may mix (`maxLoras`) and how many it
+keeps (`maxAdapters`), the context length and the image pixel cap. A job whose adapter does not fit is refused with
+the reason in a condition, and the server is never restarted for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from mmrl_api.base import ApiModel, cel, cel_rules, immutable
+from mmrl_api.cluster import Toleration
+from mmrl_api.constants import API_VERSION, MAX_SERVER_NAME_LENGTH, SERVER_KIND, VLLM_LORA_RANKS
+from mmrl_api.job import NAME_RE
+from mmrl_api.kube_syntax import ObjectName, label_map
+from mmrl_api.kueue import field_errors
+from mmrl_api.lifecycle import InferenceResources
+from mmrl_api.locations import MOUNT_PATH
+from mmrl_api.manifest import FieldError, validate_document
+from mmrl_api.rules import text
+from mmrl_api.spec import DNS_LABEL, EnvFromSource, EnvVar, ModelSpec
+from mmrl_api.status import MESSAGE_MAX, NAME_MAX, PATH_MAX, TIME, Condition, StatusModel
+
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+LORA_RANKS_CEL = "[" + ", ".join(str(r) for r in VLLM_LORA_RANKS) + "]"
+ONE_CLAIM_ONCE = "each claim is mounted once: claimName must be unique"
+ONE_PATH_ONCE = "two claims cannot share a mountPath"
+
+
+class AdapterVolume(ApiModel):
+    """A claim that holds jobs' adapters (their checkpoint claim, e.g. FSx for Lustre), mounted read-only on every
+    replica. Mount it at the path the jobs' pods mount it (their `checkpoint.pvc.mountPath`): an adapter is then at
+    the same path in the trainer, in the job's status and in the server."""
+
+    claim_name: str = Field(min_length=1, max_length=253, pattern=DNS_LABEL)
+    mount_path: text(256, *MOUNT_PATH) = "/fsx"  # type: ignore[valid-type]
+    """Absolute and normalised, and clear of the paths the operator mounts (/dev/shm, /etc/mmrl, /tmp, /mnt/pvc,
+    /mnt/adapter)."""
+
+
+class ModelServerSpec(ApiModel):
+    """One vLLM OpenAI server for one base model; jobs that name it have their adapters loaded into it."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            cel(
+                "!has(self.gpus) || self.gpus == 0 || self.gpus >= self.tensorParallelSize",
+                "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize",
+                ".gpus",
+            ),
+            cel("self.maxAdapters >= self.maxLoras", "maxAdapters must be at least maxLoras", ".maxAdapters"),
+            cel(
+                "!has(self.adapterVolumes) || self.adapterVolumes.all(v, "
+                "self.adapterVolumes.exists_one(w, w.claimName == v.claimName))",
+                ONE_CLAIM_ONCE,
+                ".adapterVolumes",
+            ),
+            cel(
+                "!has(self.adapterVolumes) || self.adapterVolumes.all(v, "
+                "self.adapterVolumes.exists_one(w, w.mountPath == v.mountPath))",
+                ONE_PATH_ONCE,
+                ".adapterVolumes",
+            ),
+        )
+    }
+
+    model: ModelSpec = Field(json_schema_extra=immutable("model"))
+    """The base model every replica loads; a job's adapter must have been trained on it (same name and revision).
+    Immutable: the adapters loaded into the server were trained on this one."""
+    image: str = Field(default=DEFAULT_VLLM_IMAGE, min_length=1, max_length=512)
+    """The vLLM OpenAI-server image; its entrypoint is replaced by `python3 -m vllm.entrypoints.openai.api_server`."""
+    replicas: int = Field(default=1, ge=0, le=64)
+    resources: InferenceResources = Field(default_factory=InferenceResources)
+    """CPU/memory of each replica; GPUs are `gpus` per replica."""
+    tensor_parallel_size: int = Field(default=1, ge=1, le=16)
+    gpus: int | None = Field(default=None, ge=0, le=16)
+    """nvidia.com/gpu per replica; defaults to tensorParallelSize. 0 runs a CPU build of vLLM (set `image`)."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    max_lora_rank: int = Field(
+        default=32,
+        json_schema_extra=cel_rules(cel(f"self in {LORA_RANKS_CEL}", f"must be one of {LORA_RANKS_CEL}")),
+    )
+    """The largest LoRA rank the server can hold (vLLM's `--max-lora-rank`, one of the values vLLM accepts). An
+    adapter of a larger rank is refused; a larger value costs GPU memory on every replica."""
+    max_loras: int = Field(default=4, ge=1, le=64)
+    """How many different adapters one batch may mix (vLLM's `--max-loras`): GPU memory for each."""
+    max_adapters: int = Field(default=8, ge=1, le=256)
+    """How many adapters the server holds at once (vLLM's `--max-cpu-loras`), aliases' targets included. A job
+    whose adapter would be one more waits, with condition Promoted=False (reason ServerFull), until one is
+    unloaded; the operator never unloads an adapter to make room."""
+    max_model_len: int = Field(default=4096, ge=256, le=1_048_576)
+    """The longest conversation one request may hold (vLLM's `--max-model-len`). A job whose adapter was trained on
+    longer conversations is refused: the server would reject, with a 400, conversations the adapter learned on."""
+    max_image_pixels: int | None = Field(default=None, ge=3136, le=100_000_000)
+    """Resize every image under this many pixels (vLLM's `--mm-processor-kwargs`); unset: the model's own
+    processor settings. A job whose adapter was trained under a smaller cap is refused: the model would meet
+    images larger, in tokens, than any it learned on."""
+    max_images_per_prompt: int = Field(default=2, ge=0, le=64)
+    adapter_volumes: list[AdapterVolume] = Field(default_factory=list, max_length=8)
+    """The claims the adapters are read from. A job's adapter can be loaded only when its checkpoint claim is one
+    of these, mounted at the job's mount path."""
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    """The server's environment, e.g. HF_TOKEN from a Secret for a gated hub model (credentials only by
+    valueFrom.secretKeyRef)."""
+    env_from: list[EnvFromSource] = Field(default_factory=list, max_length=16)
+    service_account_name: ObjectName | None = None  # type: ignore[valid-type]
+    """The replicas' ServiceAccount, for IRSA / pod identity when the model is on S3; its API token is never
+    mounted. Unset: the namespace's default."""
+    node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=16)
+    hyperpod: bool = True
+    """Keep replicas off HyperPod nodes marked unhealthy, and prefer nodes whose deep health check passed."""
+    image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=8)  # type: ignore[valid-type]
+    extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
+    """Extra `vllm serve` arguments, appended last."""
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _a_rank_vllm_accepts(cls, rank: int) -> int:
+        if rank not in VLLM_LORA_RANKS:
+            raise ValueError(f"must be one of {LORA_RANKS_CEL}")
+        return rank
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelServerSpec:
+        """The Python side of the CEL rules above, each named by the field its rule's fieldPath names."""
+        found: list[tuple[tuple[str, ...], str, Any]] = []
+        if self.gpus and self.gpus < self.tensor_parallel_size:
+            found.append((("gpus",), "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize", self.gpus))
+        if self.max_adapters < self.max_loras:
+            found.append((("maxAdapters",), "maxAdapters must be at least maxLoras", self.max_adapters))
+        for field, message in (("claim_name", ONE_CLAIM_ONCE), ("mount_path", ONE_PATH_ONCE)):
+            values = [getattr(v, field) for v in self.adapter_volumes]
+            if len(values) != len(set(values)):
+                found.append((("adapterVolumes",), message, values))
+        if found:
+            raise field_errors(found)
+        return self
+
+
+class ServedAdapter(StatusModel):
+    """An adapter the server is to hold, and where it is held."""
+
+    name: str = Field(max_length=NAME_MAX)
+    """The name clients pass as `model`: the job's inference.servedModelName, or the job's name."""
+    job: str = Field(max_length=NAME_MAX)
+    path: str = Field(max_length=PATH_MAX)
+    sha256: str = Field(default="", max_length=64)
+    rank: int | None = None
+    held_out_reward: float | None = None
+    loaded_on: list[str] = Field(default_factory=list, max_length=64)
+    """The ready replicas (pods) that hold it."""
+    since: str | None = TIME
+
+
+class ModelServerStatus(StatusModel):
+    observed_generation: int | None = None
+    phase: Literal["Pending", "Deploying", "Ready", "Degraded", "ScaledToZero"] | None = None
+    message: str = Field(default="", max_length=MESSAGE_MAX)
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    service: str | None = Field(default=None, max_length=NAME_MAX)
+    url: str | None = Field(default=None, max_length=PATH_MAX)
+    """The OpenAI base URL inside the cluster."""
+    model: str | None = Field(default=None, max_length=NAME_MAX)
+    """The name the base model is served under."""
+    adapters: list[ServedAdapter] = Field(default_factory=list, max_length=256)
+    adapter_count: int | None = None
+    """How many adapters the server is to hold (`kubectl get modelservers` prints it)."""
+
+
+class ServerMeta(ApiModel):
+    model_config = ApiModel.model_config | {"extra": "allow"}
+
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+
+
+def server_name_problems(name: str) -> list[str]:
+    out = []
+    if len(name) > MAX_SERVER_NAME_LENGTH:
+        out.append(
+            f"{len(name)} characters is too long: at most {MAX_SERVER_NAME_LENGTH}, so that `<name>-vllm` names a "
+            "Service"
+        )
+    if not NAME_RE.match(name):
+        out.append(f"{name!r} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter")
+    return out
+
+
+# metadata.name is the only metadata a CRD rule may read; see job.ROOT_RULES.
+SERVER_ROOT_RULES = cel_rules(
+    cel(
+        f"size(self.metadata.name) <= {MAX_SERVER_NAME_LENGTH}",
+        f"metadata.name must be at most {MAX_SERVER_NAME_LENGTH} characters so that `<name>-vllm` names a Service",
+        reason="FieldValueInvalid",
+    ),
+    cel(
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label (start with a letter): it names the server's Service",
+        reason="FieldValueInvalid",
+    ),
+)
+
+
+class ModelServer(ApiModel):
+    api_version: Literal["mmrl.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["ModelServer"] = SERVER_KIND
+    metadata: ServerMeta
+    spec: ModelServerSpec
+    status: ModelServerStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+
+def validate_server_manifest(doc: Any) -> tuple[ModelServer | None, list[FieldError]]:
+    """Validate one parsed ModelServer document; return the model (when valid) and every error with its path."""
+    return validate_document(doc, ModelServer, server_name_problems)
+
+
+def parse_server(obj: dict[str, Any]) -> ModelServer:
+    """Parse a ModelServer read from the cluster; raise ValueError naming every bad field."""
+    server, errors = validate_server_manifest(obj)
+    if server is None:
+        raise ValueError("; ".join(str(e) for e in errors))
+    return server
