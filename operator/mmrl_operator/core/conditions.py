@@ -100,9 +100,17 @@ def _cluster_ready(facts: Facts) -> tuple[str, bool | None, str, str]:
 
 
 def compute_conditions(previous: list[Condition], facts: Facts, now: str) -> list[Condition]:
+    return conditions_from(previous, _want(facts), facts.generation, now)
+
+
+Wanted = tuple[str, "bool | None", str, str]  # (type, status: None is Unknown, reason, message)
+
+
+def conditions_from(previous: list[Condition], wanted: list[Wanted], generation: int, now: str) -> list[Condition]:
+    """The conditions `wanted` says, each keeping its lastTransitionTime from `previous` while its status holds."""
     old = {c.type: c for c in previous}
     out: list[Condition] = []
-    for ctype, value, reason, message in _want(facts):
+    for ctype, value, reason, message in wanted:
         status = "Unknown" if value is None else ("True" if value else "False")
         before = old.get(ctype)
         since = before.last_transition_time if before and before.status == status else now
@@ -113,7 +121,7 @@ def compute_conditions(previous: list[Condition], facts: Facts, now: str) -> lis
                 reason=reason,
                 message=message[:2048],
                 last_transition_time=since,
-                observed_generation=facts.generation,
+                observed_generation=generation,
             )
         )
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
+from mmrl_api.model_server import ModelServer
 
 
 def raycluster_name(job_name: str) -> str:
@@ -68,9 +69,14 @@ def kueue_labels(job: MultimodalRLJob) -> dict[str, str]:
     return out
 
 
-def job_uid(job: MultimodalRLJob) -> str:
-    uid = (job.metadata.model_extra or {}).get("uid")
+def object_uid(obj: MultimodalRLJob | ModelServer) -> str:
+    """metadata.uid of a job or server read from the apiserver; "" for one that was never stored."""
+    uid = (obj.metadata.model_extra or {}).get("uid")
     return uid if isinstance(uid, str) else ""
+
+
+def job_uid(job: MultimodalRLJob) -> str:
+    return object_uid(job)
 
 
 def uid8(job: MultimodalRLJob) -> str:

@@ -149,11 +149,13 @@ class Caches:
         self._written: dict[tuple[str, str, str], int] = {}
         self._written_lock = threading.Lock()
 
-    def start(self) -> None:
+    def start(self, also: list[Informer] | None = None) -> None:
         """List everything (blocking: the first passes after a start see every node and child), then watch. The
-        six LISTs run at once: a restart's first pass waits for the slowest, not for their sum (issue #32). Called
-        again after a failure, it lists only the kinds not yet watched."""
-        informers = [i for i in (self.nodes, *self.children.values()) if not i.started]  # again: what failed
+        LISTs run at once, with those of `also` (the ModelServer controller's): a restart's first pass waits for the
+        slowest, not for their sum (issue #32). Called again after a failure, it lists only the kinds not yet
+        watched."""
+        every = (self.nodes, *self.children.values(), *(also or []))
+        informers = [i for i in every if not i.started]  # again: what failed
         if not informers:
             return
         with ThreadPoolExecutor(len(informers), thread_name_prefix="mmrl-list") as pool:

@@ -32,6 +32,7 @@ from mmrl_operator.runtime.kube import Kube, StatusConflict
 from mmrl_operator.runtime.leader import LeaderElector
 from mmrl_operator.runtime.prober import Prober
 from mmrl_operator.runtime.reconcile import TRAINER_OWNED, ask_models, reconcile
+from mmrl_operator.runtime.servers import SERVER_RESOURCE, ServerController
 from mmrl_operator.runtime.workqueue import Key, WorkQueue
 
 log = logging.getLogger("mmrl.handlers")
@@ -39,9 +40,10 @@ log = logging.getLogger("mmrl.handlers")
 # The custom resources the operator watches. kopf runs without observing CRDs (handlers._startup), so run.py waits
 # until the apiserver serves the jobs before kopf starts; the warm start waits for KubeRay's when their LIST is a 404.
 JOB_RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
-CHILD_RESOURCES = (  # the child kinds caches.Caches watches that an apiserver may not serve (yet)
+CHILD_RESOURCES = (  # the kinds the informers watch that an apiserver may not serve (yet)
     (c.RAY_GROUP, c.RAY_VERSION, "rayclusters"),
     (c.RAY_GROUP, c.RAY_VERSION, "rayjobs"),
+    SERVER_RESOURCE,
 )
 
 
@@ -57,6 +59,7 @@ class Runtime:
     stop: threading.Event = field(default_factory=threading.Event)
     probe_workers: int = 4
     caches: Caches = field(init=False)
+    servers: ServerController = field(init=False)
     prober: Prober = field(init=False)
     jobs: JobStore = field(default_factory=JobStore)
     warm: threading.Thread | None = None  # the warm start: it has listed (or failed) once the thread has ended
@@ -64,6 +67,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.caches = Caches(self.kube, self.namespaces, wake=self.queue.add)
+        self.servers = ServerController(self.kube, self.namespaces, active=self.is_leader)
         # /v1/models is asked on the prober's threads; a changed answer wakes the job's pass.
         self.prober = Prober(partial(ask_models, self.kube), wake=self.queue.add, workers=self.probe_workers)
         self.kube.prober = self.prober
@@ -87,7 +91,7 @@ class Runtime:
         it cost a restart three sequential round trips (issue #32)."""
         while not self.stop.is_set():
             try:
-                self.caches.start()
+                self.caches.start(also=self.servers.informers())
                 break
             except ApiException as err:
                 if err.status != 404:
@@ -98,6 +102,7 @@ class Runtime:
         if self.elector:
             self.elector.start()
         self.queue.start()
+        self.servers.queue.start()
 
     def finish_start(self) -> None:
         """From kopf's start-up handler: once the warm start has ended (a failed one is tried again here, where kopf
@@ -113,8 +118,11 @@ class Runtime:
     def shut_down(self) -> None:
         self.stop.set()
         self.queue.stop()
+        self.servers.queue.stop()
         finished = self.queue.join(timeout=20.0)  # the passes in flight end before the lease is handed over
+        finished = self.servers.queue.join(timeout=5.0) and finished
         self.prober.stop()
+        self.servers.stop()
         self.caches.stop()
         if self.elector:
             # A pass still running after 20 s keeps the lease to its end: a standby then waits for it to expire.

@@ -190,12 +190,18 @@ class Kube:
         return True
 
     def patch_status(
-        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+        plural: str = c.PLURAL,
     ) -> dict[str, Any]:
-        """Merge-patch the status under our field manager. With `resource_version` the apiserver applies it only
-        to the object the decision was made from (409 Conflict otherwise, raised as StatusConflict)."""
+        """Merge-patch the status of a job (or, with `plural`, another mmrl.dev kind) under our field manager. With
+        `resource_version` the apiserver applies it only to the object the decision was made from (409 Conflict
+        otherwise, raised as StatusConflict)."""
         self._count()
-        require(c.GROUP, f"{c.PLURAL}/status", "patch")
+        require(c.GROUP, f"{plural}/status", "patch")
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
@@ -204,7 +210,7 @@ class Kube:
                 c.GROUP,
                 c.VERSION,
                 namespace,
-                c.PLURAL,
+                plural,
                 name,
                 body,
                 field_manager=c.FIELD_MANAGER,
@@ -219,17 +225,17 @@ class Kube:
         self._wrote()
         return stored  # type: ignore[no-any-return]  # the job as stored after the patch
 
-    def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Post a core/v1 Event on the job (best effort: an event must never fail a reconcile)."""
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event on a job or server (best effort: an event must never fail a reconcile)."""
         self._count()
-        meta = job["metadata"]
+        meta = obj["metadata"]
         now = datetime.now(UTC)
         digest = hashlib.sha1(f"{reason}{message}{now.isoformat()}".encode()).hexdigest()[:10]
         body = {
             "metadata": {"name": f"{meta['name']}.{digest}", "namespace": meta["namespace"]},
             "involvedObject": {
                 "apiVersion": c.API_VERSION,
-                "kind": c.KIND,
+                "kind": obj.get("kind") or c.KIND,
                 "name": meta["name"],
                 "namespace": meta["namespace"],
                 "uid": meta.get("uid"),

@@ -66,6 +66,16 @@ PERMISSIONS: tuple[Rule, ...] = (
         "watched",
         "children carry blockOwnerDeletion owner references to their job",
     ),
+    # --- shared servers -----------------------------------------------------------------------------------------
+    Rule(c.GROUP, c.SERVER_PLURAL, ("list", "watch"), "watched", "ModelServers: the controller's informer"),
+    Rule(c.GROUP, f"{c.SERVER_PLURAL}/status", ("patch",), "watched", "ModelServer status writes"),
+    Rule(
+        c.GROUP,
+        f"{c.SERVER_PLURAL}/finalizers",
+        ("update",),
+        "watched",
+        "a server's Deployment and Service carry blockOwnerDeletion owner references to it",
+    ),
     # --- children -----------------------------------------------------------------------------------------------
     Rule(c.RAY_GROUP, "rayclusters", ("get", "list", "watch", *APPLY, "delete"), "watched", "the job's Ray cluster"),
     Rule(c.RAY_GROUP, "rayjobs", ("get", "list", "watch", *APPLY, "delete"), "watched", "one RayJob per attempt"),

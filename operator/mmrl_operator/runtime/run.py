@@ -39,8 +39,7 @@ def run_operator(args: argparse.Namespace) -> int:
         workers=int(os.environ.get("MMRL_WORKERS", "4")),
         active=(elector.is_leader if elector else lambda: True),
     )
-    if elector is not None:
-        elector.on_leading = queue.resume  # the keys a standby kept run the moment it leads
+
     metrics.LEADER.set_function(lambda: 1.0 if elector is None or elector.is_leader() else 0.0)
     namespaces = args.namespace or []
     runtime = dispatch.Runtime(
@@ -51,6 +50,8 @@ def run_operator(args: argparse.Namespace) -> int:
         namespaces=namespaces,
         probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
     )
+    if elector is not None:  # the keys a standby kept run the moment it leads
+        elector.on_leading = lambda: (queue.resume(), runtime.servers.queue.resume())
     dispatch.install(runtime)
     warm = runtime.start_warm()
     if args.metrics_port:

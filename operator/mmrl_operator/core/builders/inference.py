@@ -164,7 +164,7 @@ def _check_container(job: MultimodalRLJob, adapter: Adapter, mounts: list[dict[s
     }
 
 
-def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+def http_probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": "http"},
         "periodSeconds": period,
@@ -215,9 +215,9 @@ def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
         "resources": _resources(job),
         "volumeMounts": server_mounts,
         # Loading a large model can take many minutes: startup allows 30, then readiness and liveness take over.
-        "startupProbe": _probe("/v1/models", 10, 180),
-        "readinessProbe": _probe("/v1/models", 10, 3),
-        "livenessProbe": _probe("/health", 15, 4),
+        "startupProbe": http_probe("/v1/models", 10, 180),
+        "readinessProbe": http_probe("/v1/models", 10, 3),
+        "livenessProbe": http_probe("/health", 15, 4),
     }
     if spec.trainer.env_from:
         container["envFrom"] = [e.wire() for e in spec.trainer.env_from]  # e.g. HF_TOKEN for a hub model

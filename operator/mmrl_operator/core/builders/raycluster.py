@@ -29,11 +29,14 @@ UNHEALTHY = [c.HEALTH_UNSCHEDULABLE, c.HEALTH_PENDING_REPLACEMENT, c.HEALTH_PEND
 
 
 def affinity(job: MultimodalRLJob) -> dict[str, Any] | None:
-    if not job.spec.cluster.hyperpod:
-        return None
+    return hyperpod_affinity() if job.spec.cluster.hyperpod else None
+
+
+def hyperpod_affinity() -> dict[str, Any]:
+    """Only nodes HyperPod has not marked unhealthy; among them, those whose deep health check Passed (GPU, NVLink,
+    EFA and NCCL tested) first: only a preference, since nodes of instance groups created without deep health checks
+    carry no such label."""
     term = {"matchExpressions": [{"key": c.HYPERPOD_HEALTH_LABEL, "operator": "NotIn", "values": UNHEALTHY}]}
-    # Among healthy nodes, those whose deep health check Passed (GPU, NVLink, EFA and NCCL tested) come first;
-    # only a preference, since nodes of instance groups created without deep health checks carry no such label.
     vetted = {
         "matchExpressions": [{"key": c.HYPERPOD_DEEP_HEALTH_LABEL, "operator": "In", "values": [c.DEEP_HEALTH_PASSED]}]
     }

@@ -1,0 +1,230 @@
+"""The Deployment and Service `<server>-vllm` of a ModelServer: vLLM serving one base model, with runtime LoRA
+loading switched on so the operator can load and unload the jobs' adapters without a restart.
+
+Unlike a job's dedicated server (`inference.py`), no adapter is named at start: vLLM starts with the base model only,
+and the operator loads each adapter into each ready replica (`POST /v1/load_lora_adapter`). Everything vLLM fixes at
+start comes from the ModelServer's spec: the largest rank it can hold, how many adapters one batch may mix
+(`--max-loras`) and how many it keeps (`--max-cpu-loras`), the context length and the image pixel cap. The adapters
+are read from the claims in `adapterVolumes`, mounted read-only where the jobs' pods mount them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mmrl_api import constants as c
+from mmrl_api.image_budget import pixel_cap_kwargs
+from mmrl_api.model_server import ModelServer
+from mmrl_operator.core.builders.common import stamped
+from mmrl_operator.core.builders.inference import PORT, PROMETHEUS, SERVER_COMMAND, http_probe, served_base_name
+from mmrl_operator.core.builders.raycluster import hyperpod_affinity
+from mmrl_operator.core.names import object_uid
+
+COMPONENT = "model-server"
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+def server_child_name(server_name: str) -> str:
+    return f"{server_name}-vllm"
+
+
+def server_labels(server: ModelServer) -> dict[str, str]:
+    return {c.LABEL_SERVER: server.name, c.LABEL_COMPONENT: COMPONENT, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+def selector(server: ModelServer) -> dict[str, str]:
+    return {c.LABEL_SERVER: server.name, c.LABEL_COMPONENT: COMPONENT}
+
+
+def owner_reference(server: ModelServer) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.SERVER_KIND,
+        "name": server.name,
+        "uid": object_uid(server),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(server: ModelServer) -> dict[str, Any]:
+    return {
+        "name": server_child_name(server.name),
+        "namespace": server.namespace,
+        "labels": server_labels(server),
+        "annotations": dict(PROMETHEUS),
+        "ownerReferences": [owner_reference(server)],
+    }
+
+
+def model_claim(server: ModelServer) -> str | None:
+    """The claim of a pvc:// model, if the model is on one."""
+    name = server.spec.model.name
+    return name.removeprefix("pvc://").split("/", 1)[0] if name.startswith("pvc://") else None
+
+
+def claim_paths(server: ModelServer) -> dict[str, str]:
+    """Where each claim is mounted: the adapter claims at their mount paths, a model-only claim under /mnt/pvc."""
+    paths = {v.claim_name: v.mount_path for v in server.spec.adapter_volumes}
+    claim = model_claim(server)
+    if claim is not None and claim not in paths:
+        paths[claim] = f"{c.DATA_MOUNT_ROOT}/{claim}"
+    return paths
+
+
+def model_path(server: ModelServer) -> str:
+    """The model as the replicas see it: pvc://claim/rest at the claim's mount path, hf:// without its scheme."""
+    name = server.spec.model.name
+    claim = model_claim(server)
+    if claim is None:
+        return name.removeprefix("hf://")
+    rest = name.removeprefix(f"pvc://{claim}").lstrip("/")
+    root = claim_paths(server)[claim]
+    return f"{root}/{rest}" if rest else root
+
+
+def gpus(server: ModelServer) -> int:
+    spec = server.spec
+    return spec.tensor_parallel_size if spec.gpus is None else spec.gpus
+
+
+def vllm_args(server: ModelServer) -> list[str]:
+    spec = server.spec
+    args = [
+        "--model",
+        model_path(server),
+        "--served-model-name",
+        served_base_name(spec.model.name),
+        "--enable-lora",
+        "--max-lora-rank",
+        str(spec.max_lora_rank),
+        "--max-loras",
+        str(spec.max_loras),
+        "--max-cpu-loras",
+        str(spec.max_adapters),
+        "--tensor-parallel-size",
+        str(spec.tensor_parallel_size),
+        "--limit-mm-per-prompt",
+        json.dumps({"image": spec.max_images_per_prompt}, separators=(",", ":")),
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--port",
+        str(PORT),
+    ]
+    if spec.max_image_pixels is not None:
+        args += ["--mm-processor-kwargs", json.dumps(pixel_cap_kwargs(spec.max_image_pixels), separators=(",", ":"))]
+    if gpus(server):
+        args += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    if spec.model.revision and "://" not in spec.model.name:
+        args += ["--revision", spec.model.revision]
+    if spec.model.name.startswith("s3://"):
+        args += ["--load-format", "runai_streamer"]
+    return args + list(spec.extra_args)
+
+
+def _resources(server: ModelServer) -> dict[str, Any]:
+    res = server.spec.resources
+    requests, limits = dict(res.requests), dict(res.limits)
+    if gpus(server):
+        requests[c.GPU_RESOURCE] = limits[c.GPU_RESOURCE] = str(gpus(server))
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def _volumes(server: ModelServer) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, (claim, path) in enumerate(claim_paths(server).items()):
+        volumes.append({"name": f"claim-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mounts.append({"name": f"claim-{i}", "mountPath": path, "readOnly": True})
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    mounts.append({"name": "dshm", "mountPath": c.SHM_MOUNT})
+    return volumes, mounts
+
+
+def _env(server: ModelServer) -> list[dict[str, Any]]:
+    """Runtime LoRA loading on and usage reports off; then the server's own variables, which cannot turn either
+    back."""
+    fixed = [{"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": RUNTIME_LORA_ENV, "value": "True"}]
+    taken = {e["name"] for e in fixed}
+    return fixed + [e.wire() for e in server.spec.env if e.name not in taken]
+
+
+def _pod_spec(server: ModelServer) -> dict[str, Any]:
+    spec = server.spec
+    volumes, mounts = _volumes(server)
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": spec.image,
+        "command": SERVER_COMMAND,
+        "args": vllm_args(server),
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "env": _env(server),
+        "resources": _resources(server),
+        "volumeMounts": mounts,
+        # Loading a large model can take many minutes: startup allows 30, then readiness and liveness take over.
+        "startupProbe": http_probe("/v1/models", 10, 180),
+        "readinessProbe": http_probe("/v1/models", 10, 3),
+        "livenessProbe": http_probe("/health", 15, 4),
+    }
+    if spec.env_from:
+        container["envFrom"] = [e.wire() for e in spec.env_from]
+    pod: dict[str, Any] = {
+        # The server never calls the Kubernetes API: no token in its pods.
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    tolerations = [t.wire() for t in spec.tolerations]
+    if gpus(server):
+        tolerations.append({"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    if tolerations:
+        pod["tolerations"] = tolerations
+    if spec.hyperpod:
+        pod["affinity"] = hyperpod_affinity()
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    return pod
+
+
+def build_server_deployment(server: ModelServer) -> dict[str, Any]:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(server),
+        "spec": {
+            "replicas": server.spec.replicas,
+            "selector": {"matchLabels": selector(server)},
+            # A new replica must be serving before an old one goes: no gap in answers during a roll-out.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 1800,
+            "template": {
+                "metadata": {"labels": selector(server), "annotations": dict(PROMETHEUS)},
+                "spec": _pod_spec(server),
+            },
+        },
+    }
+    return stamped(deployment)
+
+
+def build_server_service(server: ModelServer) -> dict[str, Any]:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(server),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(server),
+            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    return stamped(service)
+
+
+def server_url(server: ModelServer) -> str:
+    return f"http://{server_child_name(server.name)}.{server.namespace}.svc:{PORT}/v1"

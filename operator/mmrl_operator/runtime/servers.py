@@ -1,0 +1,196 @@
+"""The ModelServer controller: informers for the servers and their children, a work queue, and one pass per server
+(read from the caches, `core.model_server.decide_server`, write).
+
+It runs beside the jobs' controller in the same process, under the same leader election, with a queue of its own:
+a server's pass never waits behind a thousand jobs' resync, and a job's never behind a server's. Servers come from
+an informer rather than kopf (there are few, and their passes read them from the cache like every child); their
+Deployments, Services and pods from informers selected by the `mmrl.dev/server` label, so a change of any of them
+wakes its server. A child missing from the cache is read by name before it is first written: an object under that
+name that the server does not control is reported (NameConflict), never overwritten. A steady pass makes no request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from mmrl_api import constants as c
+from mmrl_api.model_server import ModelServer, parse_server
+from mmrl_operator.core.builders import model_server as build
+from mmrl_operator.core.model_server import ServerObserved, decide_server, status_changed
+from mmrl_operator.core.names import object_uid
+from mmrl_operator.core.observed import pod_problem
+from mmrl_operator.core.ownership import controlled_by, controller_of
+from mmrl_operator.runtime.caches import DEPLOYMENTS, PODS, SERVICES, slim_deployment, slim_pod, slim_service
+from mmrl_operator.runtime.informer import Informer, Kind, Obj
+from mmrl_operator.runtime.kube import ApplyRejected, JobGone, Kube, StatusConflict
+from mmrl_operator.runtime.workqueue import Key, WorkQueue
+
+log = logging.getLogger("mmrl.servers")
+SERVERS = Kind(c.GROUP, c.VERSION, c.SERVER_PLURAL)
+SERVER_RESOURCE = (c.GROUP, c.VERSION, c.SERVER_PLURAL)
+
+
+def slim_server(obj: Obj) -> Obj:
+    """The whole server but its managedFields (a pass parses the spec and reads the status), with the apiVersion and
+    kind a LIST leaves out of its items (the server's Events name its kind)."""
+    meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    return {**obj, "apiVersion": c.API_VERSION, "kind": c.SERVER_KIND, "metadata": meta}
+
+
+def server_of(obj: Obj) -> Key | None:
+    meta = obj["metadata"]
+    server = (meta.get("labels") or {}).get(c.LABEL_SERVER)
+    return (meta.get("namespace") or "", server) if server else None
+
+
+CHILD_KINDS = {
+    "Deployment": (DEPLOYMENTS, slim_deployment, "apps/v1"),
+    "Service": (SERVICES, slim_service, "v1"),
+    "Pod": (PODS, slim_pod, "v1"),
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ServerController:
+    def __init__(
+        self, kube: Kube, namespaces: list[str], active: Callable[[], bool] = lambda: True, workers: int = 2
+    ) -> None:
+        self.kube = kube
+        self.queue = WorkQueue(self.reconcile_key, workers=workers, active=active)
+        self.servers = Informer(kube.api_client, SERVERS, namespaces, keep=slim_server, on_change=self._changed)
+        self.children = {
+            kind: Informer(
+                kube.api_client,
+                k,
+                namespaces,
+                label_selector=c.LABEL_SERVER,
+                keep=keep,
+                index=server_of,
+                on_change=self._child_changed,
+            )
+            for kind, (k, keep, _) in CHILD_KINDS.items()
+        }
+
+        # The generation each child had in the answer to this process's last write of it: a later generation is
+        # someone else's edit of its spec, which the pass sets back.
+        self._written: dict[tuple[str, str, str], int] = {}
+
+    def informers(self) -> list[Informer]:
+        return [self.servers, *self.children.values()]
+
+    def stop(self) -> None:
+        self.queue.stop()
+        for informer in self.informers():
+            informer.stop()
+
+    # --- watch callbacks ---------------------------------------------------------------------------------------
+    def _changed(self, old: Obj | None, new: Obj | None) -> None:
+        obj = new or old
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        before = (old or {}).get("metadata", {})
+        # Our own status write comes back as an event: only a new generation or a deletion needs a pass.
+        same = before.get("generation") == meta.get("generation") and bool(before.get("deletionTimestamp")) == bool(
+            meta.get("deletionTimestamp")
+        )
+        if new is not None and old is not None and same:
+            return
+        self.queue.add((meta.get("namespace") or "", meta["name"]))
+
+    def _child_changed(self, old: Obj | None, new: Obj | None) -> None:
+        key = server_of(new or old or {"metadata": {}})
+        if key is not None:
+            self.queue.add(key)
+
+    # --- one pass ----------------------------------------------------------------------------------------------
+    def reconcile_key(self, key: Key) -> float | None:
+        raw = self.servers.get(*key)
+        if raw is None or raw["metadata"].get("deletionTimestamp"):
+            return None  # gone or going: its children go with it (owner references)
+        try:
+            server = parse_server(raw)
+        except ValueError as err:
+            # Admission checks every field; this is a server stored before a stricter schema, or a schema bypassed.
+            log.warning("server %s/%s does not validate and is left alone: %s", *key, err)
+            return None
+        observed = self.observe(server)
+        plan = decide_server(server, observed, _now())
+        calls0 = self.kube.thread_calls()
+        refused = []
+        for obj in plan.apply:
+            try:
+                stored = self.kube.apply(obj)
+            except ApplyRejected as err:
+                refused.append(str(err))
+                continue
+            self._wrote(stored)
+        if refused:
+            message = "the apiserver refused " + "; ".join(refused)
+            plan.status.update(phase="Degraded", message=message)
+            log.warning("server %s/%s: %s", *key, message)
+        for type_, reason, message in plan.events:
+            self.kube.event(raw, type_, reason, message)
+        patch = status_changed(raw.get("status") or {}, plan.status)
+        if patch is not None:
+            try:
+                stored = self.kube.patch_status(
+                    *key, patch, raw["metadata"].get("resourceVersion"), plural=c.SERVER_PLURAL
+                )
+            except StatusConflict:
+                return 0.0  # decided on a stale read: the watch brings the newer one, decide again
+            except JobGone:
+                return None
+            self.servers.wrote(stored)
+        log.info(
+            "reconciled server=%s/%s phase=%s applied=%d calls=%d",
+            *key,
+            plan.status.get("phase"),
+            len(plan.apply),
+            self.kube.thread_calls() - calls0,
+        )
+        return plan.requeue_after
+
+    def _wrote(self, stored: dict[str, Any]) -> None:
+        meta = stored["metadata"]
+        if "generation" in meta:
+            self._written[(stored["kind"], meta["namespace"], meta["name"])] = meta["generation"]
+        self.children[stored["kind"]].wrote(stored)
+
+    def _edited(self, kind: str, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        written = self._written.get((kind, meta.get("namespace") or "", meta["name"]))
+        return written is not None and meta.get("generation") != written
+
+    def observe(self, server: ModelServer) -> ServerObserved:
+        key, name, uid = (server.namespace, server.name), build.server_child_name(server.name), object_uid(server)
+        found: dict[str, dict[str, Any] | None] = {}
+        foreign = []
+        for kind in ("Deployment", "Service"):
+            obj = self.children[kind].get(server.namespace, name)
+            if obj is None or not controlled_by(obj, uid):
+                # Not in the cache as ours: read it by name before it is written (a stranger's is never taken).
+                obj = self.kube.get(CHILD_KINDS[kind][2], kind, server.namespace, name)
+                if obj is not None and not controlled_by(obj, uid):
+                    ref = controller_of(obj)
+                    owner = f" (controlled by {ref.get('kind')} {ref.get('name')})" if ref else ""
+                    foreign.append(f"{kind} {name}{owner}")
+                    obj = None
+                elif obj is not None:
+                    obj = self.children[kind].wrote(obj)
+            found[kind] = obj
+        pods = [p for p in self.children["Pod"].indexed(key) if not p["metadata"].get("deletionTimestamp")]
+        deployment = found["Deployment"]
+        return ServerObserved(
+            deployment=deployment,
+            service=found["Service"],
+            deployment_edited=deployment is not None and self._edited("Deployment", deployment),
+            pod_problem=next((pr for p in pods if (pr := pod_problem(p))), None),
+            foreign=tuple(foreign),
+        )
