@@ -160,6 +160,13 @@ class InferenceSpec(ApiModel):
     extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
     """Extra `vllm serve` arguments, appended last."""
     node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
+    server: str | None = Field(default=None, min_length=1, max_length=58, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    """Serve the adapter from this ModelServer (same namespace) instead of a Deployment of its own: once training
+    succeeds and the gate passes, the operator loads the adapter into every ready replica of the server, under
+    servedModelName (or the job's name). image, replicas, resources, gpus, tensorParallelSize, maxModelLen,
+    maxImagesPerPrompt, extraArgs and nodeSelector are then the server's, and these are not used. A server whose
+    base model, maxLoraRank, maxModelLen, pixel cap or adapter volumes do not fit this job refuses it, with the
+    reason in condition InferenceReady. Deleting the job unloads its adapter."""
     promote_when: PromotionGate | None = None
     """Serve the adapter only if its held-out evaluation passes this gate; otherwise the job ends Succeeded with
     condition Promoted=False (the scores in its message) and nothing is served. Changing it re-evaluates the gate,

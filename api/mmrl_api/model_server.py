@@ -26,7 +26,7 @@ from mmrl_api.job import NAME_RE
 from mmrl_api.kube_syntax import ObjectName, label_map
 from mmrl_api.kueue import field_errors
 from mmrl_api.lifecycle import InferenceResources
-from mmrl_api.locations import MOUNT_PATH
+from mmrl_api.locations import MOUNT_PATH, SUB_PATH
 from mmrl_api.manifest import FieldError, validate_document
 from mmrl_api.rules import text
 from mmrl_api.spec import DNS_LABEL, EnvFromSource, EnvVar, ModelSpec
@@ -47,6 +47,10 @@ class AdapterVolume(ApiModel):
     mount_path: text(256, *MOUNT_PATH) = "/fsx"  # type: ignore[valid-type]
     """Absolute and normalised, and clear of the paths the operator mounts (/dev/shm, /etc/mmrl, /tmp, /mnt/pvc,
     /mnt/adapter)."""
+    sub_path: text(256, *SUB_PATH) = "mmrl"  # type: ignore[valid-type]
+    """The jobs' `checkpoint.pvc.subPath`. Only `<subPath>/<namespace>` of the claim is mounted (at
+    `<mountPath>/<subPath>/<namespace>`): the server sees its own namespace's job directories and nothing else of
+    the volume, so no adapter path or link in one can reach another team's files."""
 
 
 class ModelServerSpec(ApiModel):
@@ -155,6 +159,8 @@ class ServedAdapter(StatusModel):
     name: str = Field(max_length=NAME_MAX)
     """The name clients pass as `model`: the job's inference.servedModelName, or the job's name."""
     job: str = Field(max_length=NAME_MAX)
+    job_uid: str = Field(default="", max_length=64)
+    """The job object it came from: a job deleted and created again under the name is another one."""
     path: str = Field(max_length=PATH_MAX)
     sha256: str = Field(default="", max_length=64)
     rank: int | None = None
@@ -162,6 +168,18 @@ class ServedAdapter(StatusModel):
     loaded_on: list[str] = Field(default_factory=list, max_length=64)
     """The ready replicas (pods) that hold it."""
     since: str | None = TIME
+    """When the server took it on."""
+    error: str = Field(default="", max_length=2048)
+    """The last load that failed, as vLLM answered it."""
+
+
+class RefusedAdapter(StatusModel):
+    """A job that names the server and is not loaded, and why (the job's InferenceReady condition says it too)."""
+
+    job: str = Field(max_length=NAME_MAX)
+    name: str = Field(default="", max_length=NAME_MAX)
+    reason: str = Field(max_length=128)
+    message: str = Field(default="", max_length=2048)
 
 
 class ModelServerStatus(StatusModel):
@@ -177,6 +195,7 @@ class ModelServerStatus(StatusModel):
     model: str | None = Field(default=None, max_length=NAME_MAX)
     """The name the base model is served under."""
     adapters: list[ServedAdapter] = Field(default_factory=list, max_length=256)
+    refused: list[RefusedAdapter] = Field(default_factory=list, max_length=256)
     adapter_count: int | None = None
     """How many adapters the server is to hold (`kubectl get modelservers` prints it)."""
 

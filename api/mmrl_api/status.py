@@ -208,6 +208,8 @@ class InferenceStatus(StatusModel):
     """The name to pass as `model` in OpenAI requests: the adapter's served name."""
     base_model: str | None = Field(default=None, max_length=1024)
     """The served name of the base model (the adapter's parent in /v1/models)."""
+    server: str | None = Field(default=None, max_length=NAME_MAX)
+    """The ModelServer that serves the adapter (`spec.inference.server`); absent for a Deployment of the job's own."""
 
 
 class TrackingRun(StatusModel):

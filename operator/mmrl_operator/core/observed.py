@@ -54,6 +54,9 @@ class ServingObserved:
     """The init container's error lines when it refused the adapter (exit 3)."""
     deployment_edited: bool = False
     """The Deployment's spec changed since this process last wrote it (its generation moved): written again."""
+    server: dict[str, Any] | None = None
+    """The ModelServer the job names (`spec.inference.server`), as the operator's cache holds it; None when there is
+    none (or the job names none)."""
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,12 @@ from mmrl_api import MultimodalRLJob, adapter_rules
 from mmrl_api.status import AdapterStatus, JobStatus
 from mmrl_operator.core.builders import inference as build
 from mmrl_operator.core.builders.common import SPEC_HASH_ANNOTATION
+from mmrl_operator.core.builders.model_server import server_child_name
 from mmrl_operator.core.names import inference_name
 from mmrl_operator.core.observed import ServingObserved
 from mmrl_operator.core.promotion import gate_verdict
 from mmrl_operator.core.shape import dig, integer, mapping, records, text
+from mmrl_operator.core.shared_serving import job_view
 
 PROBE_INTERVAL_SECONDS = 30.0  # while serving, /v1/models is checked again this often (and on every change)
 WAIT_INTERVAL_SECONDS = 10.0  # while a roll-out or the adapter listing is pending
@@ -134,6 +136,8 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
         d.events.append(("Warning", "InvalidAdapter", msg))
         d.ready = (False, "InvalidAdapter", msg)
         return d
+    if inf.server:
+        return decide_shared_serving(job, status, obs, verdict)
     name, base = build.adapter_name(job), build.served_base_name(job.spec.model.name)
     deployment, service = build.build_deployment(job, adapter), build.build_service(job)
     apply = [deployment] if obs.deployment_edited or out_of_date(obs.deployment, deployment) else []
@@ -171,4 +175,33 @@ def decide_serving(job: MultimodalRLJob, status: JobStatus, obs: ServingObserved
     elif ready[0] is True and not was_ready:
         d.events.append(("Normal", "InferenceReady", ready[2]))
     d.requeue_after = PROBE_INTERVAL_SECONDS if ready[0] is True or inf.replicas == 0 else WAIT_INTERVAL_SECONDS
+    return d
+
+
+def decide_shared_serving(
+    job: MultimodalRLJob, status: JobStatus, obs: ServingObserved, verdict: tuple[bool, str] | None
+) -> ServingDecision:
+    """Served from a ModelServer: no Deployment of the job's own (one left from before is removed); the server's
+    pass loads the adapter, and its status says how far it got (`shared_serving.job_view`)."""
+    server_name = job.spec.inference.server or ""
+    name, base = build.adapter_name(job), build.served_base_name(job.spec.model.name)
+    ready = job_view(job, obs.server)
+    d = ServingDecision("Serving", ready[2], "Serving", delete=children_to_remove(job, obs))
+    d.ready, d.promoted = ready, verdict
+    server_status = mapping((obs.server or {}).get("status"))
+    d.inference = {
+        "service": text(server_status.get("service")) or server_child_name(server_name),
+        "url": text(server_status.get("url"))
+        or f"http://{server_child_name(server_name)}.{job.namespace}.svc:{build.PORT}/v1",
+        "ready": ready[0],
+        "model": name,
+        "baseModel": base,
+        "server": server_name,
+    }
+    was_ready = bool(status.inference and status.inference.ready)
+    if was_ready and not ready[0]:
+        d.events.append(("Warning", "InferenceNotReady", ready[2]))
+    elif ready[0] and not was_ready:
+        d.events.append(("Normal", "InferenceReady", ready[2]))
+    d.requeue_after = PROBE_INTERVAL_SECONDS if ready[0] else WAIT_INTERVAL_SECONDS
     return d

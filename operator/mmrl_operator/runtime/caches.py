@@ -145,6 +145,7 @@ class Caches:
             for kind, (k, keep) in KINDS.items()
         }
         self.nodes = Informer(kube.api_client, NODES, keep=slim_node, on_change=self._node_changed)
+        self.server_source: Callable[[str, str], dict[str, Any] | None] | None = None
         # The generation each child had in the answer to this process's last write of it (see `edited`).
         self._written: dict[tuple[str, str, str], int] = {}
         self._written_lock = threading.Lock()
@@ -171,6 +172,12 @@ class Caches:
         if kind not in self.children:
             return self.kube.list_owned(api_version, kind, namespace, job)
         return self.children[kind].indexed((namespace, job))
+
+    def server(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ModelServer from `server_source` (the server controller's informer, set by dispatch.Runtime), else read."""
+        if self.server_source is not None:
+            return self.server_source(namespace, name)
+        return self.kube.get_server(namespace, name)
 
     def node(self, name: str) -> dict[str, Any] | None:
         """The node from the cache; a miss is not a deletion: the watch may not have delivered it yet (a node that

@@ -67,7 +67,10 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.caches = Caches(self.kube, self.namespaces, wake=self.queue.add)
-        self.servers = ServerController(self.kube, self.namespaces, active=self.is_leader)
+        self.servers = ServerController(
+            self.kube, self.namespaces, active=self.is_leader, jobs=self.jobs, wake_job=self.queue.add
+        )
+        self.caches.server_source = self.servers.servers.get
         # /v1/models is asked on the prober's threads; a changed answer wakes the job's pass.
         self.prober = Prober(partial(ask_models, self.kube), wake=self.queue.add, workers=self.probe_workers)
         self.kube.prober = self.prober
@@ -183,6 +186,9 @@ def _own_write(key: Key):  # type: ignore[no-untyped-def]
     def remember(stored: dict[str, Any]) -> None:
         assert RUNTIME is not None
         RUNTIME.fingerprints[key] = job_fingerprint(stored)
+        server = ((stored.get("spec") or {}).get("inference") or {}).get("server")
+        if server:  # a ModelServer decides from its jobs' status (e.g. the phase Serving just written)
+            RUNTIME.servers.queue.add((key[0], server))
 
     return remember
 
@@ -206,7 +212,10 @@ def job_fingerprint(body: Any) -> str:
 def job_event(type: str | None, namespace: str, name: str, body: Any) -> None:
     assert RUNTIME is not None
     key = (namespace, name)
+    server = ((body.get("spec") or {}).get("inference") or {}).get("server")
     if type == "DELETED":
+        if server:  # its adapter is unloaded
+            RUNTIME.servers.queue.add((namespace, server))
         RUNTIME.jobs.forget(key)
         RUNTIME.phases.pop(key, None)
         RUNTIME.fingerprints.pop(key, None)
@@ -220,3 +229,5 @@ def job_event(type: str | None, namespace: str, name: str, body: Any) -> None:
         return
     RUNTIME.fingerprints[key] = fingerprint
     RUNTIME.queue.add(key)
+    if server:  # the server decides what it holds from its jobs' spec and status: this change may change that
+        RUNTIME.servers.queue.add((namespace, server))

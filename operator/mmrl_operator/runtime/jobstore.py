@@ -44,6 +44,11 @@ class JobStore:
             job = self._jobs.get((namespace, name))
         return None if job is None else {**job, "metadata": dict(job["metadata"])}
 
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
+        """Every job held of one namespace (a ModelServer's pass looks for the jobs that name it)."""
+        with self._lock:
+            return [job for (ns, _), job in self._jobs.items() if ns == namespace]
+
     def invalidate(self, key: Key) -> None:
         """A write decided on this copy was refused as stale: the next pass reads the job from the apiserver."""
         with self._lock:

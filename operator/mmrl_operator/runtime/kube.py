@@ -22,7 +22,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 
 from mmrl_api import constants as c
-from mmrl_operator.runtime import metrics
+from mmrl_operator.runtime import bounded_http, metrics
 from mmrl_operator.runtime.permissions import CORE, require
 from mmrl_operator.runtime.service_proxy import proxy_json
 
@@ -103,6 +103,17 @@ class Kube:
                 return None
             raise
 
+    def get_server(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ModelServer, or None when there is none."""
+        self._count()
+        require(c.GROUP, c.SERVER_PLURAL, "get")
+        try:
+            return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def list_owned(self, api_version: str, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
         self._count()
         result = self._resource(api_version, kind, "list").get(
@@ -144,6 +155,16 @@ class Kube:
         require(CORE, "services/proxy", "get")
         self._count()
         return proxy_json(self.api_client, "GET", namespace, service, port, path, deadline=deadline)
+
+    def pod_call(
+        self, namespace: str, pod: str, port: int, method: str, path: str, body: Any = None, deadline: float = 5.0
+    ) -> bytes:
+        """`method` `path` on one pod through the apiserver's pod proxy (a shared server's replica, one at a time:
+        the Service would pick one for us); the raw body of a 2xx answer, under a deadline and the 1 MiB cap."""
+        require(CORE, "pods/proxy", "get" if method == "GET" else "create")
+        self._count()
+        resource = f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}"
+        return bounded_http.request(self.api_client, method, resource, body=body, deadline=deadline)
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the apiserver serves the resource now (discovery: every authenticated client may read it)."""

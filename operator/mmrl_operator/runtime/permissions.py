@@ -67,7 +67,13 @@ PERMISSIONS: tuple[Rule, ...] = (
         "children carry blockOwnerDeletion owner references to their job",
     ),
     # --- shared servers -----------------------------------------------------------------------------------------
-    Rule(c.GROUP, c.SERVER_PLURAL, ("list", "watch"), "watched", "ModelServers: the controller's informer"),
+    Rule(
+        c.GROUP,
+        c.SERVER_PLURAL,
+        ("get", "list", "watch"),
+        "watched",
+        "ModelServers: the controller's informer; a job's pass reads the server it names",
+    ),
     Rule(c.GROUP, f"{c.SERVER_PLURAL}/status", ("patch",), "watched", "ModelServer status writes"),
     Rule(
         c.GROUP,
@@ -96,6 +102,13 @@ PERMISSIONS: tuple[Rule, ...] = (
     Rule(APPS, "deployments", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Deployment"),
     Rule(CORE, "services", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Service"),
     Rule(CORE, "services/proxy", ("get",), "watched", "serving: ask vLLM's /v1/models through the apiserver"),
+    Rule(
+        CORE,
+        "pods/proxy",
+        ("get", "create"),
+        "watched",
+        "shared servers: list, load and unload adapters in each replica of a ModelServer",
+    ),
     # --- the operator's own namespace -------------------------------------------------------------------------
     Rule(
         c.KUEUE_GROUP,

@@ -52,6 +52,7 @@ TRAINER_OWNED = "progress"  # status.progress is written by the trainer only
 NodeLookup = Callable[[str], "dict[str, Any] | None"]
 Edited = Callable[[str, "dict[str, Any]"], bool]  # (kind, child): changed by someone else since we wrote it
 ListOwned = Callable[[str, str, str, str], "list[dict[str, Any]]"]  # (apiVersion, kind, namespace, job)
+ServerLookup = Callable[[str, str], "dict[str, Any] | None"]  # (namespace, name) -> the ModelServer
 
 
 def observe(
@@ -62,6 +63,7 @@ def observe(
     serving: ServingObserved | None = None,
     status_problems: list[str] | None = None,
     edited: Edited | None = None,
+    server_lookup: ServerLookup | None = None,
 ) -> Observed:
     """The job's children and their nodes, from `list_owned` (a watch cache) or, by default, fresh LISTs; the
     serving side is observed too unless `serving` is given."""
@@ -119,7 +121,11 @@ def observe(
         name: nodes[name].uid if name in nodes else dig(lookup(name), "metadata", "uid") for name in avoided_nodes(job)
     }
     if serving is None:
-        serving = observe_serving(kube, job, inference_pods, owned, edited) if trained(job) else ServingObserved()
+        serving = (
+            observe_serving(kube, job, inference_pods, owned, edited, server_lookup)
+            if trained(job)
+            else ServingObserved()
+        )
     leftover = kueue_leftover(kube, job) if not clusters and may_create_cluster_under_kueue(job) else None
     return Observed(
         raycluster=clusters[0] if clusters else None,
@@ -161,6 +167,7 @@ def observe_serving(
     pods: list[dict[str, Any]],
     list_owned: ListOwned | None = None,
     edited: Edited | None = None,
+    server_lookup: ServerLookup | None = None,
 ) -> ServingObserved:
     """The inference Deployment and Service, their pods' problems, and — only when the Deployment is Available —
     the adapter listing from /v1/models through the Service (the apiserver's service proxy). With the operator's
@@ -168,6 +175,9 @@ def observe_serving(
     (a CLI, a test) it is asked now, under the same deadline and size cap."""
     ns, name = job.namespace, inference_name(job.name)
     owned = list_owned or kube.list_owned
+    server = None
+    if job.spec.inference.server:  # served from a ModelServer: its status says how far the loading got
+        server = (server_lookup or kube.get_server)(ns, job.spec.inference.server)
     uid = job_uid(job)  # an object under the name that this job does not control is a NameConflict when written
     deps = [o for o in owned("apps/v1", "Deployment", ns, job.name) if _ours(o, name, uid)]
     svcs = [o for o in owned("v1", "Service", ns, job.name) if _ours(o, name, uid)]
@@ -191,6 +201,7 @@ def observe_serving(
         pod_problem=problem,
         check_failure=check_failure,
         deployment_edited=bool(dep is not None and edited is not None and edited("Deployment", dep)),
+        server=server,
     )
 
 
@@ -338,7 +349,16 @@ def reconcile(
     generation = raw["metadata"].get("generation", 0)
     lookup = node_lookup or (caches.node if caches else None)
     edited = caches.edited if caches else None
-    observed = observe(kube, job, lookup, caches.owned if caches else None, status_problems=problems, edited=edited)
+    servers = caches.server if caches else None
+    observed = observe(
+        kube,
+        job,
+        lookup,
+        caches.owned if caches else None,
+        status_problems=problems,
+        edited=edited,
+        server_lookup=servers,
+    )
     plan = decide(job, generation, observed, now)
     if caches is not None and starts_or_stops(plan, raw.get("status") or {}):
         # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far:
@@ -350,7 +370,7 @@ def reconcile(
                 return None
             raw, job, problems = read
             generation = raw["metadata"].get("generation", 0)
-        observed = observe(kube, job, node_lookup, status_problems=problems, edited=edited)
+        observed = observe(kube, job, node_lookup, status_problems=problems, edited=edited, server_lookup=servers)
         plan = decide(job, generation, observed, now)
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.

@@ -17,20 +17,27 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mmrl_api import constants as c
-from mmrl_api.model_server import ModelServer, parse_server
+from mmrl_api import parse_job
+from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
+from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as build
-from mmrl_operator.core.model_server import ServerObserved, decide_server, status_changed
+from mmrl_operator.core.builders.inference import served_base_name
+from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_server, status_changed
 from mmrl_operator.core.names import object_uid
 from mmrl_operator.core.observed import pod_problem
 from mmrl_operator.core.ownership import controlled_by, controller_of
+from mmrl_operator.core.shared_serving import Candidate, Refusal, candidate, held_set
+from mmrl_operator.runtime.adapter_loader import sync_replica
 from mmrl_operator.runtime.caches import DEPLOYMENTS, PODS, SERVICES, slim_deployment, slim_pod, slim_service
 from mmrl_operator.runtime.informer import Informer, Kind, Obj
+from mmrl_operator.runtime.jobstore import JobStore
 from mmrl_operator.runtime.kube import ApplyRejected, JobGone, Kube, StatusConflict
 from mmrl_operator.runtime.workqueue import Key, WorkQueue
 
 log = logging.getLogger("mmrl.servers")
 SERVERS = Kind(c.GROUP, c.VERSION, c.SERVER_PLURAL)
 SERVER_RESOURCE = (c.GROUP, c.VERSION, c.SERVER_PLURAL)
+LOADING_INTERVAL_SECONDS = 5.0  # while a replica does not hold every adapter yet
 
 
 def slim_server(obj: Obj) -> Obj:
@@ -59,9 +66,15 @@ def _now() -> str:
 
 class ServerController:
     def __init__(
-        self, kube: Kube, namespaces: list[str], active: Callable[[], bool] = lambda: True, workers: int = 2
+        self,
+        kube: Kube,
+        namespaces: list[str],
+        active: Callable[[], bool] = lambda: True,
+        workers: int = 2,
+        jobs: JobStore | None = None,
+        wake_job: Callable[[Key], None] = lambda key: None,
     ) -> None:
-        self.kube = kube
+        self.kube, self.jobs, self.wake_job = kube, jobs or JobStore(), wake_job
         self.queue = WorkQueue(self.reconcile_key, workers=workers, active=active)
         self.servers = Informer(kube.api_client, SERVERS, namespaces, keep=slim_server, on_change=self._changed)
         self.children = {
@@ -120,9 +133,11 @@ class ServerController:
             # Admission checks every field; this is a server stored before a stricter schema, or a schema bypassed.
             log.warning("server %s/%s does not validate and is left alone: %s", *key, err)
             return None
-        observed = self.observe(server)
-        plan = decide_server(server, observed, _now())
         calls0 = self.kube.thread_calls()
+        observed = self.observe(server)
+        now = _now()
+        plan = decide_server(server, observed, now)
+        loading = self.adapters(server, plan, now)
         refused = []
         for obj in plan.apply:
             try:
@@ -148,14 +163,73 @@ class ServerController:
             except JobGone:
                 return None
             self.servers.wrote(stored)
+            if {"adapters", "refused", "readyReplicas", "url"} & set(patch):
+                for job in _jobs_in(raw.get("status") or {}) | _jobs_in(plan.status):
+                    self.wake_job((server.namespace, job))  # each job's InferenceReady reads this status
         log.info(
-            "reconciled server=%s/%s phase=%s applied=%d calls=%d",
+            "reconciled server=%s/%s phase=%s adapters=%d applied=%d calls=%d",
             *key,
             plan.status.get("phase"),
+            len(plan.status.get("adapters") or []),
             len(plan.apply),
             self.kube.thread_calls() - calls0,
         )
+        if loading and plan.requeue_after is not None:
+            return min(plan.requeue_after, LOADING_INTERVAL_SECONDS)
         return plan.requeue_after
+
+    # --- adapters ------------------------------------------------------------------------------------------------
+    def adapters(self, server: ModelServer, plan: ServerPlan, now: str) -> bool:
+        """Decide the held set, make every ready replica hold it, and put both in the planned status. True while
+        some replica does not hold all of it yet (the pass comes back sooner)."""
+        held_before = list(server.status.adapters) if server.status else []
+        verdicts = self.verdicts(server, held_before)
+        held, refused = held_set(server, held_before, verdicts, now)
+        base = served_base_name(server.spec.model.name)
+        on: dict[str, list[str]] = {e.name: [] for e in held}
+        errors: dict[str, str] = {}
+        unfinished = False
+        for pod in self.ready_replicas(server):
+            result = sync_replica(self.kube, server.namespace, pod, base, held)
+            if result.unreachable is not None:
+                unfinished = True
+                continue
+            for name in result.holds:
+                on[name].append(pod)
+            for name, why in result.errors.items():
+                errors[name] = f"{pod}: {why}"
+        entries = []
+        for e in held:
+            entries.append(e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}))
+        unfinished = unfinished or bool(errors)
+        plan.status["adapters"] = [e.wire() for e in entries]
+        plan.status["refused"] = [r.wire() for r in refused]
+        plan.status["adapterCount"] = len(entries)
+        return unfinished
+
+    def verdicts(self, server: ModelServer, held: list[ServedAdapter]) -> dict[str, Candidate | Refusal | None]:
+        """`candidate` of every job that names the server, from the job store; a held job the store does not have
+        (a restart, before kopf's watch delivered it) is read fresh, and only a 404 lets its adapter go."""
+        out: dict[str, Candidate | Refusal | None] = {}
+        for raw in self.jobs.in_namespace(server.namespace):
+            verdict = _verdict(raw, server)
+            if verdict is not None:
+                out[raw["metadata"]["name"]] = verdict
+        for entry in held:
+            if entry.job in out:
+                continue
+            raw = self.jobs.get(server.namespace, entry.job) or self.kube.get_job(server.namespace, entry.job)
+            out[entry.job] = None if raw is None else _verdict(raw, server)
+        return out
+
+    def ready_replicas(self, server: ModelServer) -> list[str]:
+        """The server's pods whose vLLM answers its readiness probe (condition Ready), oldest first."""
+        pods = [
+            p
+            for p in self.children["Pod"].indexed((server.namespace, server.name))
+            if not p["metadata"].get("deletionTimestamp") and _ready(p)
+        ]
+        return [p["metadata"]["name"] for p in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))]
 
     def _wrote(self, stored: dict[str, Any]) -> None:
         meta = stored["metadata"]
@@ -194,3 +268,22 @@ class ServerController:
             pod_problem=next((pr for p in pods if (pr := pod_problem(p))), None),
             foreign=tuple(foreign),
         )
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(cd.get("type") == "Ready" and cd.get("status") == "True" for cd in conditions)
+
+
+def _verdict(raw: dict[str, Any], server: ModelServer) -> Candidate | Refusal | None:
+    if raw["metadata"].get("deletionTimestamp"):
+        return None
+    try:
+        job = parse_job(raw)
+    except ValueError:
+        return None  # the job's own pass reports it
+    return candidate(job, job.status or JobStatus(), server)
+
+
+def _jobs_in(status: dict[str, Any]) -> set[str]:
+    return {str(x.get("job")) for key in ("adapters", "refused") for x in status.get(key) or [] if x.get("job")}

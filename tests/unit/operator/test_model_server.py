@@ -47,16 +47,19 @@ def test_a_server_variable_cannot_turn_runtime_loading_off() -> None:
     assert {"name": "X", "value": "1"} in env
 
 
-def test_adapter_claims_are_read_only_where_the_jobs_mount_them_and_a_pvc_model_under_mnt_pvc() -> None:
-    s = server(model={"name": "pvc://models/qwen3-vl-8b"})
+def test_only_the_namespaces_directory_of_an_adapter_claim_and_only_the_models_directory_are_mounted() -> None:
+    s = server(model={"name": "pvc://fsx-claim/models/qwen3-vl-8b"})
     pod = build.build_server_deployment(s)["spec"]["template"]["spec"]
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts["/fsx"]["readOnly"] and mounts["/mnt/pvc/models"]["readOnly"]
-    claims = {v["persistentVolumeClaim"]["claimName"]: v for v in pod["volumes"] if "persistentVolumeClaim" in v}
-    assert set(claims) == {"fsx-claim", "models"} and all(
-        v["persistentVolumeClaim"]["readOnly"] for v in claims.values()
-    )
-    assert args(s)["--model"] == "/mnt/pvc/models/qwen3-vl-8b" and args(s)["--served-model-name"] == "qwen3-vl-8b"
+    adapters = mounts["/fsx/mmrl/hyperpod-ns-research"]
+    assert (adapters["subPath"], adapters["readOnly"]) == ("mmrl/hyperpod-ns-research", True)
+    model = mounts["/mnt/pvc/fsx-claim/models/qwen3-vl-8b"]
+    assert (model["subPath"], model["readOnly"]) == ("models/qwen3-vl-8b", True)
+    assert not any(m.startswith("/fsx") and m != "/fsx/mmrl/hyperpod-ns-research" for m in mounts)
+    claims = [v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert {x["claimName"] for x in claims} == {"fsx-claim"} and all(x["readOnly"] for x in claims)
+    assert args(s)["--model"] == "/mnt/pvc/fsx-claim/models/qwen3-vl-8b"
+    assert args(s)["--served-model-name"] == "qwen3-vl-8b"
     assert pod["automountServiceAccountToken"] is False
 
 

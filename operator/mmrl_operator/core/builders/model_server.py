@@ -5,7 +5,8 @@ Unlike a job's dedicated server (`inference.py`), no adapter is named at start: 
 and the operator loads each adapter into each ready replica (`POST /v1/load_lora_adapter`). Everything vLLM fixes at
 start comes from the ModelServer's spec: the largest rank it can hold, how many adapters one batch may mix
 (`--max-loras`) and how many it keeps (`--max-cpu-loras`), the context length and the image pixel cap. The adapters
-are read from the claims in `adapterVolumes`, mounted read-only where the jobs' pods mount them.
+are read from the claims in `adapterVolumes`, mounted read-only where the jobs' pods mount them, and of each only the
+server's namespace's directory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from mmrl_api import constants as c
 from mmrl_api.image_budget import pixel_cap_kwargs
-from mmrl_api.model_server import ModelServer
+from mmrl_api.model_server import AdapterVolume, ModelServer
 from mmrl_operator.core.builders.common import stamped
 from mmrl_operator.core.builders.inference import PORT, PROMETHEUS, SERVER_COMMAND, http_probe, served_base_name
 from mmrl_operator.core.builders.raycluster import hyperpod_affinity
@@ -58,30 +59,27 @@ def _metadata(server: ModelServer) -> dict[str, Any]:
     }
 
 
-def model_claim(server: ModelServer) -> str | None:
-    """The claim of a pvc:// model, if the model is on one."""
+def model_claim(server: ModelServer) -> tuple[str, str] | None:
+    """(claim, path inside it) of a pvc:// model, if the model is on a claim."""
     name = server.spec.model.name
-    return name.removeprefix("pvc://").split("/", 1)[0] if name.startswith("pvc://") else None
+    if not name.startswith("pvc://"):
+        return None
+    claim, _, rest = name.removeprefix("pvc://").partition("/")
+    return claim, rest.strip("/")
 
 
-def claim_paths(server: ModelServer) -> dict[str, str]:
-    """Where each claim is mounted: the adapter claims at their mount paths, a model-only claim under /mnt/pvc."""
-    paths = {v.claim_name: v.mount_path for v in server.spec.adapter_volumes}
-    claim = model_claim(server)
-    if claim is not None and claim not in paths:
-        paths[claim] = f"{c.DATA_MOUNT_ROOT}/{claim}"
-    return paths
+def adapter_root(server: ModelServer, volume: AdapterVolume) -> str:
+    """Where the namespace's job directories of an adapter claim are, in the trainer's pods and in the server's."""
+    return f"{volume.mount_path.rstrip('/')}/{volume.sub_path.strip('/')}/{server.namespace}"
 
 
 def model_path(server: ModelServer) -> str:
-    """The model as the replicas see it: pvc://claim/rest at the claim's mount path, hf:// without its scheme."""
-    name = server.spec.model.name
-    claim = model_claim(server)
-    if claim is None:
-        return name.removeprefix("hf://")
-    rest = name.removeprefix(f"pvc://{claim}").lstrip("/")
-    root = claim_paths(server)[claim]
-    return f"{root}/{rest}" if rest else root
+    """The model as the replicas see it: pvc://claim/rest under /mnt/pvc/claim/rest, hf:// without its scheme."""
+    found = model_claim(server)
+    if found is None:
+        return server.spec.model.name.removeprefix("hf://")
+    claim, rest = found
+    return f"{c.DATA_MOUNT_ROOT}/{claim}/{rest}" if rest else f"{c.DATA_MOUNT_ROOT}/{claim}"
 
 
 def gpus(server: ModelServer) -> int:
@@ -132,11 +130,23 @@ def _resources(server: ModelServer) -> dict[str, Any]:
 
 
 def _volumes(server: ModelServer) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each adapter claim read-only, and of it only the namespace's directory (`<subPath>/<namespace>`): a link in
+    an adapter directory cannot reach another team's files, which are not in the container. A pvc:// model's
+    directory read-only, and nothing else of its claim. /dev/shm in memory."""
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
-    for i, (claim, path) in enumerate(claim_paths(server).items()):
-        volumes.append({"name": f"claim-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
-        mounts.append({"name": f"claim-{i}", "mountPath": path, "readOnly": True})
+    for i, v in enumerate(server.spec.adapter_volumes):
+        volumes.append(
+            {"name": f"adapters-{i}", "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": True}}
+        )
+        sub = f"{v.sub_path.strip('/')}/{server.namespace}"
+        mounts.append({"name": f"adapters-{i}", "mountPath": adapter_root(server, v), "subPath": sub, "readOnly": True})
+    found = model_claim(server)
+    if found is not None:
+        claim, rest = found
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mount = {"name": "model", "mountPath": model_path(server), "readOnly": True}
+        mounts.append({**mount, "subPath": rest} if rest else mount)
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
     mounts.append({"name": "dshm", "mountPath": c.SHM_MOUNT})
     return volumes, mounts

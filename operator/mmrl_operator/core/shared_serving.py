@@ -1,0 +1,250 @@
+"""Jobs served from a ModelServer: which adapters a server holds, which jobs it refuses and why, what each replica
+must load or unload, and what a job's status says about it. Pure: the server's pass (`runtime.servers`) and the
+job's pass (`core.serving`) both decide from these, so the two never disagree.
+
+A job's adapter goes into a server only when every one of these holds, checked on the server's side from the job's
+spec and status (never taken on trust from the job's phase):
+- the job names the server (same namespace: a name is all it can give), training succeeded, the promotion gate
+  passed and the adapter passes vLLM's rules, as for a dedicated server;
+- the adapter is where the operator told the trainer to export it (`<jobDir>/adapter`, from the job's own spec and
+  UID), on a claim the server mounts at the job's mount path and sub-path: a stranger's adapter has another path;
+- the server can serve it as it was trained: the same base model and revision, a rank within `maxLoraRank`, a
+  context at least as long as the longest conversation it was trained on, and a pixel cap no larger than training's;
+- its served name is not taken by another job's adapter or the base model, and there is room (`maxAdapters`).
+
+The held set is the server's status (`status.adapters`): an adapter stays until its job is gone (a fresh read says
+so) or no longer qualifies, so a restarted operator whose job store is still empty unloads nothing. New adapters
+fill free room oldest job first; the rest wait as ServerFull. Nothing is ever unloaded to make room: an adapter in
+use would vanish under its clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mmrl_api import MultimodalRLJob, adapter_rules
+from mmrl_api.context_budget import spec_max_model_len
+from mmrl_api.model_server import ModelServer, RefusedAdapter, ServedAdapter
+from mmrl_api.status import JobStatus
+from mmrl_operator.core.builders import model_server as server_build
+from mmrl_operator.core.builders.inference import adapter_name, served_base_name, training_processor_kwargs
+from mmrl_operator.core.names import job_dir, job_uid
+from mmrl_operator.core.promotion import gate_verdict
+
+TRAINED_PHASES = ("Succeeded", "Serving")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job's adapter as a server would hold it."""
+
+    name: str
+    job: str
+    job_uid: str
+    path: str
+    sha256: str
+    rank: int
+    held_out_reward: float | None
+    created: str  # the job's creationTimestamp: older jobs get free room first
+
+    def served(self, since: str) -> ServedAdapter:
+        return ServedAdapter(
+            name=self.name,
+            job=self.job,
+            job_uid=self.job_uid,
+            path=self.path,
+            sha256=self.sha256,
+            rank=self.rank,
+            held_out_reward=self.held_out_reward,
+            since=since,
+        )
+
+
+def names_server(job: MultimodalRLJob, server: ModelServer) -> bool:
+    inf = job.spec.inference
+    return inf.enabled and inf.server == server.name and job.namespace == server.namespace
+
+
+def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> Candidate | Refusal | None:
+    """What the server does with this job: hold its adapter (Candidate), refuse it (Refusal), or nothing yet
+    (None: it does not name the server, or has no promoted, valid adapter yet)."""
+    if not names_server(job, server) or status.phase not in TRAINED_PHASES or status.adapter is None:
+        return None
+    verdict = gate_verdict(job, status)
+    if verdict is not None and not verdict[0]:
+        return None
+    reported = status.adapter
+    cfg = dict(reported.config) or {"r": reported.rank, "lora_alpha": reported.alpha}
+    cfg.setdefault("target_modules", reported.target_modules)
+    cfg.setdefault("base_model_name_or_path", reported.base_model or None)
+    if adapter_rules.config_violations(cfg):
+        return None  # the job's own pass fails it (InvalidAdapter)
+    refusal = fit(job, server, reported.rank, reported.path)
+    if refusal is not None:
+        return refusal
+    evaluation = reported.evaluation
+    return Candidate(
+        name=adapter_name(job),
+        job=job.name,
+        job_uid=job_uid(job),
+        path=reported.path,
+        sha256=reported.sha256,
+        rank=reported.rank,
+        held_out_reward=evaluation.held_out_reward if evaluation else None,
+        created=str((job.metadata.model_extra or {}).get("creationTimestamp") or ""),
+    )
+
+
+def fit(job: MultimodalRLJob, server: ModelServer, rank: int, path: str) -> Refusal | None:
+    """Why the server cannot serve this job's adapter as it was trained, or None when it can."""
+    spec, model = server.spec, job.spec.model
+    if (model.name, model.revision) != (spec.model.name, spec.model.revision):
+        return Refusal(
+            "BaseModelMismatch",
+            f"the adapter was trained on {_model(model.name, model.revision)}; "
+            f"server {server.name} serves {_model(spec.model.name, spec.model.revision)}",
+        )
+    if rank > spec.max_lora_rank:
+        return Refusal(
+            "RankTooLarge", f"adapter rank {rank} is above server {server.name}'s maxLoraRank {spec.max_lora_rank}"
+        )
+    trained = spec_max_model_len(job.spec.algorithm, job.spec.dataset.environment)
+    if trained > spec.max_model_len:
+        return Refusal(
+            "ContextTooShort",
+            f"the adapter was trained on conversations of up to {trained} tokens; server {server.name}'s "
+            f"maxModelLen is {spec.max_model_len}, so it would refuse them",
+        )
+    cap = training_processor_kwargs(job)
+    trained_pixels = cap["size"]["longest_edge"] if cap else None
+    if trained_pixels is not None and (spec.max_image_pixels is None or spec.max_image_pixels > trained_pixels):
+        served = "the model's own image size" if spec.max_image_pixels is None else f"{spec.max_image_pixels} pixels"
+        return Refusal(
+            "PixelCapTooLarge",
+            f"the adapter was trained on images of at most {trained_pixels} pixels; server {server.name} resizes "
+            f"to {served} (set its maxImagePixels to at most {trained_pixels})",
+        )
+    pvc = job.spec.checkpoint.pvc
+    where = (pvc.claim_name, pvc.mount_path, pvc.sub_path) if pvc is not None else None
+    volume = next((v for v in spec.adapter_volumes if (v.claim_name, v.mount_path, v.sub_path) == where), None)
+    if volume is None:
+        place = f"claim {pvc.claim_name} at {pvc.mount_path} (subPath {pvc.sub_path})" if pvc else "S3"
+        return Refusal(
+            "AdapterNotOnAVolume",
+            f"the adapter is on {place}, which server {server.name} does not mount in its adapterVolumes",
+        )
+    expected = f"{job_dir(job)}/adapter"
+    if path != expected or not path.startswith(server_build.adapter_root(server, volume) + "/"):
+        return Refusal("AdapterPath", f"the adapter must be at {expected}, where the job exports it; it reports {path}")
+    return None
+
+
+def _model(name: str, revision: str | None) -> str:
+    return f"{name}@{revision}" if revision else name
+
+
+def held_set(
+    server: ModelServer,
+    held: list[ServedAdapter],
+    verdicts: dict[str, Candidate | Refusal | None],
+    now: str,
+) -> tuple[list[ServedAdapter], list[RefusedAdapter]]:
+    """The adapters the server holds after this pass, and the jobs it refuses. `verdicts` has one entry per job
+    that names the server or is held (by job name): `candidate` of it, or None for a held job that is gone."""
+    base = served_base_name(server.spec.model.name)
+    keep: list[ServedAdapter] = []
+    for entry in held:
+        verdict = verdicts.get(entry.job)
+        if isinstance(verdict, Candidate) and (verdict.job_uid, verdict.name, verdict.path) == (
+            entry.job_uid,
+            entry.name,
+            entry.path,
+        ):
+            keep.append(entry)
+    refused: list[RefusedAdapter] = []
+    taken = {e.name: e.job for e in keep}
+    fresh = sorted(
+        (v for v in verdicts.values() if isinstance(v, Candidate) and v.job not in {e.job for e in keep}),
+        key=lambda v: (v.created, v.job),
+    )
+    for v in fresh:
+        if v.name == base or (v.name in taken and taken[v.name] != v.job):
+            owner = "the base model" if v.name == base else f"job {taken[v.name]}'s adapter"
+            refused.append(
+                RefusedAdapter(
+                    job=v.job,
+                    name=v.name,
+                    reason="NameTaken",
+                    message=f"server {server.name} already serves {owner} as {v.name}; set spec.inference."
+                    "servedModelName to another name",
+                )
+            )
+        elif len(keep) >= server.spec.max_adapters:
+            refused.append(
+                RefusedAdapter(
+                    job=v.job,
+                    name=v.name,
+                    reason="ServerFull",
+                    message=f"server {server.name} holds its maxAdapters ({server.spec.max_adapters}); the adapter "
+                    "is loaded once one of them is unloaded (its job deleted) or maxAdapters is raised",
+                )
+            )
+        else:
+            keep.append(v.served(now))
+            taken[v.name] = v.job
+    for job, verdict in sorted(verdicts.items()):
+        if isinstance(verdict, Refusal):
+            refused.append(RefusedAdapter(job=job, reason=verdict.reason, message=verdict.message))
+    return keep, refused
+
+
+def listed_adapters(models: Any, base: str) -> dict[str, str]:
+    """The LoRA adapters one replica's /v1/models lists: {name: path}. The base model and anything malformed are
+    left out."""
+    out: dict[str, str] = {}
+    if not isinstance(models, list):
+        return out
+    for m in models:
+        if isinstance(m, dict) and isinstance(m.get("id"), str) and m.get("parent") and m["id"] != base:
+            out[m["id"]] = str(m.get("root") or "")
+    return out
+
+
+def replica_plan(held: list[ServedAdapter], listed: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(adapters to load as (name, path), names to unload) for one replica: what it lacks or holds from another
+    path, and what it holds that the server does not."""
+    want = {e.name: e.path for e in held}
+    load = [(name, path) for name, path in want.items() if listed.get(name) != path]
+    unload = sorted(name for name in listed if name not in want)
+    return load, unload
+
+
+def job_view(job: MultimodalRLJob, server: dict[str, Any] | None) -> tuple[bool, str, str]:
+    """The job's InferenceReady (status, reason, message) from its server's status, as the job's pass reads it."""
+    name, server_name = adapter_name(job), job.spec.inference.server or ""
+    if server is None:
+        return False, "ServerNotFound", f"no ModelServer {server_name} in namespace {job.namespace}"
+    st = server.get("status") or {}
+    for r in st.get("refused") or []:
+        if r.get("job") == job.name:
+            return False, str(r.get("reason") or "Refused"), str(r.get("message") or "")
+    entry = next((a for a in st.get("adapters") or [] if a.get("job") == job.name), None)
+    if entry is None or entry.get("jobUid") != job_uid(job):
+        return False, "AdapterLoading", f"waiting for server {server_name} to take adapter {name}"
+    ready, loaded = int(st.get("readyReplicas") or 0), len(entry.get("loadedOn") or [])
+    if entry.get("error"):
+        return False, "AdapterLoadFailed", f"server {server_name} could not load adapter {name}: {entry['error']}"
+    if ready == 0 or loaded < ready:
+        return (
+            False,
+            "AdapterLoading",
+            f"adapter {name} is loaded on {loaded} of {ready} ready replicas of {server_name}",
+        )
+    return True, "AdapterServed", f"adapter {name} answers at {st.get('url')} on server {server_name}"

@@ -1,0 +1,196 @@
+"""Which adapters a ModelServer holds, which jobs it refuses and why, what a replica loads and unloads, and what a
+job's InferenceReady says: the pure side of shared serving (`core.shared_serving`), no cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mmrl_api import MultimodalRLJob, parse_job
+from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
+from mmrl_api.status import JobStatus
+from mmrl_operator.core.names import job_dir
+from mmrl_operator.core.shared_serving import (
+    Candidate,
+    Refusal,
+    candidate,
+    held_set,
+    job_view,
+    listed_adapters,
+    replica_plan,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+NS = "hyperpod-ns-research"
+NOW = "2026-10-01T09:00:00Z"
+
+
+def server(**spec: Any) -> ModelServer:
+    doc = yaml.safe_load((ROOT / "examples" / "model-server.yaml").read_text())
+    doc["metadata"].update(uid="5e7c0000-0000-0000-0000-000000000001", generation=1)
+    doc["spec"].update(spec)
+    return parse_server(doc)
+
+
+def job(name: str = "geo", created: str = "2026-10-01T08:00:00Z", **inference: Any) -> MultimodalRLJob:
+    doc = yaml.safe_load((ROOT / "examples" / "job.yaml").read_text())
+    doc["metadata"].update(name=name, uid=f"{name}-0000-0000-0000-000000000000", creationTimestamp=created)
+    doc["spec"]["inference"] = {"server": "qwen3vl-8b", **inference}
+    return parse_job(doc)
+
+
+def trained(j: MultimodalRLJob, **adapter: Any) -> JobStatus:
+    report = {
+        "path": f"{job_dir(j)}/adapter",
+        "rank": 32,
+        "alpha": 32,
+        "targetModules": ["q_proj", "v_proj"],
+        "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
+        "sha256": "ab" * 32,
+        "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
+        **adapter,
+    }
+    return JobStatus.model_validate({"phase": "Serving", "adapter": report})
+
+
+def test_a_trained_job_that_fits_becomes_a_candidate_under_its_served_name() -> None:
+    j = job(servedModelName="geo-lora")
+    got = candidate(j, trained(j), server())
+    assert isinstance(got, Candidate)
+    assert (got.name, got.job, got.path, got.rank) == ("geo-lora", "geo", f"{job_dir(j)}/adapter", 32)
+
+
+def test_nothing_is_decided_for_a_job_still_training_or_naming_another_server() -> None:
+    j = job()
+    assert candidate(j, JobStatus.model_validate({"phase": "Running"}), server()) is None
+    other = job(server="another")
+    assert candidate(other, trained(other), server()) is None
+
+
+def test_a_job_whose_gate_failed_is_not_taken() -> None:
+    j = job(promoteWhen={"heldOutRewardAtLeast": 0.9})
+    status = trained(j, evaluation={"heldOutReward": 0.5, "baselineReward": 0.1, "step": 10})
+    assert candidate(j, status, server()) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "adapter", "reason", "says"),
+    [
+        ({"model": {"name": "Qwen/Qwen2.5-VL-7B-Instruct"}}, {}, "BaseModelMismatch", "trained on Qwen/Qwen3-VL-8B"),
+        ({"maxLoraRank": 16}, {}, "RankTooLarge", "adapter rank 32 is above"),
+        ({"maxModelLen": 2048}, {}, "ContextTooShort", "up to 3072 tokens"),
+        ({"maxImagePixels": 1_000_000}, {}, "PixelCapTooLarge", "at most 522240 pixels"),
+        ({"maxImagePixels": None}, {}, "PixelCapTooLarge", "the model's own image size"),
+        ({"adapterVolumes": [{"claimName": "other"}]}, {}, "AdapterNotOnAVolume", "claim fsx-claim at /fsx"),
+        ({"adapterVolumes": [{"claimName": "fsx-claim", "subPath": "x"}]}, {}, "AdapterNotOnAVolume", "subPath mmrl"),
+        ({}, {"path": "/fsx/mmrl/other-ns/victim-12345678/adapter"}, "AdapterPath", "must be at /fsx/mmrl/"),
+    ],
+)
+def test_a_job_the_server_cannot_serve_as_trained_is_refused_with_the_reason(
+    spec: dict[str, Any], adapter: dict[str, Any], reason: str, says: str
+) -> None:
+    j = job()
+    got = candidate(j, trained(j, **adapter), server(**spec))
+    assert isinstance(got, Refusal) and got.reason == reason and says in got.message, got
+
+
+def cand(name: str, created: str = "2026-10-01T08:00:00Z", served: str | None = None) -> Candidate:
+    j = job(name, created, **({"servedModelName": served} if served else {}))
+    got = candidate(j, trained(j), server())
+    assert isinstance(got, Candidate)
+    return got
+
+
+def test_held_adapters_stay_new_ones_fill_the_room_oldest_first_and_the_rest_wait() -> None:
+    s = server(maxAdapters=2, maxLoras=2)
+    held = [cand("a").served("2026-10-01T07:00:00Z")]
+    verdicts = {
+        "a": cand("a"),
+        "c": cand("c", "2026-10-01T08:30:00Z"),
+        "b": cand("b", "2026-10-01T08:10:00Z"),
+    }
+    keep, refused = held_set(s, held, verdicts, NOW)
+    assert [(e.job, e.since) for e in keep] == [("a", "2026-10-01T07:00:00Z"), ("b", NOW)]
+    assert [(r.job, r.reason) for r in refused] == [("c", "ServerFull")]
+
+
+def test_an_adapter_goes_when_its_job_is_gone_or_recreated_and_a_name_is_never_shared() -> None:
+    s = server()
+    held = [cand("a").served(NOW), cand("b").served(NOW)]
+    recreated = Candidate(**{**cand("b").__dict__, "job_uid": "another-uid"})
+    verdicts: dict[str, Candidate | Refusal | None] = {
+        "a": None,  # deleted: a fresh read found no job
+        "b": recreated,
+        "c": cand("c", served="b"),  # wants b's served name
+    }
+    keep, refused = held_set(s, held, verdicts, NOW)
+    assert [e.job_uid for e in keep] == ["another-uid"]  # b's new object takes the name, as a new adapter
+    assert [(r.job, r.reason) for r in refused] == [("c", "NameTaken")]
+    base = held_set(s, [], {"d": cand("d", served="Qwen/Qwen3-VL-8B-Instruct")}, NOW)[1]
+    assert [r.reason for r in base] == ["NameTaken"] and "the base model" in base[0].message
+
+
+def test_a_replica_loads_what_it_lacks_reloads_a_moved_path_and_unloads_the_rest() -> None:
+    held = [
+        ServedAdapter(name="a", job="a", path="/fsx/a"),
+        ServedAdapter(name="b", job="b", path="/fsx/b2"),
+    ]
+    models = [
+        {"id": "Qwen/Qwen3-VL-8B-Instruct", "root": "/models/q", "parent": None},
+        {"id": "b", "root": "/fsx/b1", "parent": "Qwen/Qwen3-VL-8B-Instruct"},
+        {"id": "old", "root": "/fsx/old", "parent": "Qwen/Qwen3-VL-8B-Instruct"},
+        "garbage",
+    ]
+    listed = listed_adapters(models, "Qwen/Qwen3-VL-8B-Instruct")
+    assert listed == {"b": "/fsx/b1", "old": "/fsx/old"}
+    assert replica_plan(held, listed) == ([("a", "/fsx/a"), ("b", "/fsx/b2")], ["old"])
+    assert replica_plan(held, {"a": "/fsx/a", "b": "/fsx/b2"}) == ([], [])
+
+
+def test_the_jobs_inference_ready_reads_the_servers_status() -> None:
+    j = job(servedModelName="geo-lora")
+    uid = "geo-0000-0000-0000-000000000000"
+    entry = {"name": "geo-lora", "job": "geo", "jobUid": uid, "path": "/p", "loadedOn": ["r1"]}
+    st: dict[str, Any] = {"readyReplicas": 2, "url": "http://shared-vllm.ns.svc:8000/v1", "adapters": [entry]}
+    assert job_view(j, None)[1] == "ServerNotFound"
+    assert job_view(j, {"status": st})[:2] == (False, "AdapterLoading")
+    entry["loadedOn"] = ["r1", "r2"]
+    assert job_view(j, {"status": st})[:2] == (True, "AdapterServed")
+    entry["error"] = "r2: HTTP 400: bad adapter"
+    assert job_view(j, {"status": st})[1] == "AdapterLoadFailed"
+    refused = {"status": {"refused": [{"job": "geo", "reason": "RankTooLarge", "message": "m"}]}}
+    assert job_view(j, refused) == (False, "RankTooLarge", "m")
+
+
+def test_a_job_served_from_a_server_makes_no_deployment_and_removes_one_it_had() -> None:
+    from mmrl_operator.core.observed import ServingObserved
+    from mmrl_operator.core.serving import decide_serving
+
+    j = job(servedModelName="geo-lora")
+    uid = "geo-0000-0000-0000-000000000000"
+    shared = {
+        "status": {
+            "service": "qwen3vl-8b-vllm",
+            "url": f"http://qwen3vl-8b-vllm.{NS}.svc:8000/v1",
+            "readyReplicas": 1,
+            "adapters": [{"name": "geo-lora", "job": "geo", "jobUid": uid, "path": "/p", "loadedOn": ["r1"]}],
+        }
+    }
+    before = ServingObserved(deployment={"metadata": {}}, service={"metadata": {}}, server=shared)
+    d = decide_serving(j, trained(j), before)
+    assert d.phase == "Serving" and d.apply == []
+    assert sorted(kind for _, kind, _ in d.delete) == ["Deployment", "Service"]
+    assert d.ready is not None and d.ready[:2] == (True, "AdapterServed")
+    assert d.inference == {
+        "service": "qwen3vl-8b-vllm",
+        "url": f"http://qwen3vl-8b-vllm.{NS}.svc:8000/v1",
+        "ready": True,
+        "model": "geo-lora",
+        "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
+        "server": "qwen3vl-8b",
+    }
+    missing = decide_serving(j, trained(j), ServingObserved())
+    assert missing.ready is not None and missing.ready[1] == "ServerNotFound" and missing.delete == []
