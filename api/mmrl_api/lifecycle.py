@@ -12,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_api.base import ApiModel, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
 from mmrl_api.kube_syntax import label_map, resource_map
+from mmrl_api.kueue import field_error
 from mmrl_api.locations import MOUNT_PATH, NO_PARENT_SEGMENT, S3_URI, SUB_PATH
 from mmrl_api.rules import text
 from mmrl_api.spec import DNS_LABEL
@@ -125,6 +126,10 @@ class PromotionGate(ApiModel):
         return self
 
 
+ALIAS_NEEDS = "alias needs server and promoteWhen: an alias moves only to an adapter that passed its gate"
+ALIAS_NEEDS_CEL = "!has(self.alias) || (has(self.server) && has(self.promoteWhen))"
+
+
 class InferenceSpec(ApiModel):
     """The vLLM Deployment + Service created when training succeeds (base model + trained adapter)."""
 
@@ -134,7 +139,8 @@ class InferenceSpec(ApiModel):
                 "!has(self.gpus) || self.gpus == 0 || self.gpus >= self.tensorParallelSize",
                 "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize",
                 ".gpus",
-            )
+            ),
+            cel(ALIAS_NEEDS_CEL, ALIAS_NEEDS, ".alias"),
         )
     }
 
@@ -167,6 +173,11 @@ class InferenceSpec(ApiModel):
     maxImagesPerPrompt, extraArgs and nodeSelector are then the server's, and these are not used. A server whose
     base model, maxLoraRank, maxModelLen, pixel cap or adapter volumes do not fit this job refuses it, with the
     reason in condition InferenceReady. Deleting the job unloads its adapter."""
+    alias: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    """A stable name clients call (e.g. geo-prod) on the server, pointing at one promoted adapter. Once this job's
+    adapter passed its gate and is loaded, the alias moves to it; the adapter it pointed at stays loaded under its own
+    name, and `mmrl rollback` points the alias back. Needs server and promoteWhen: an alias only ever moves to an
+    adapter that passed its gate."""
     promote_when: PromotionGate | None = None
     """Serve the adapter only if its held-out evaluation passes this gate; otherwise the job ends Succeeded with
     condition Promoted=False (the scores in its message) and nothing is served. Changing it re-evaluates the gate,
@@ -178,4 +189,6 @@ class InferenceSpec(ApiModel):
             raise ValueError(
                 f"gpus: {self.gpus} is fewer than tensorParallelSize {self.tensor_parallel_size}; use 0 for CPU"
             )
+        if self.alias is not None and (self.server is None or self.promote_when is None):
+            raise field_error(("alias",), ALIAS_NEEDS, self.alias)
         return self

@@ -33,6 +33,7 @@ from mmrl_api.spec import DNS_LABEL, EnvFromSource, EnvVar, ModelSpec
 from mmrl_api.status import MESSAGE_MAX, NAME_MAX, PATH_MAX, TIME, Condition, StatusModel
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+ALIAS_HISTORY = 20
 LORA_RANKS_CEL = "[" + ", ".join(str(r) for r in VLLM_LORA_RANKS) + "]"
 ONE_CLAIM_ONCE = "each claim is mounted once: claimName must be unique"
 ONE_PATH_ONCE = "two claims cannot share a mountPath"
@@ -51,6 +52,14 @@ class AdapterVolume(ApiModel):
     """The jobs' `checkpoint.pvc.subPath`. Only `<subPath>/<namespace>` of the claim is mounted (at
     `<mountPath>/<subPath>/<namespace>`): the server sees its own namespace's job directories and nothing else of
     the volume, so no adapter path or link in one can reach another team's files."""
+
+
+class AliasPin(ApiModel):
+    """Hold an alias on one job's adapter (a rollback): promotions do not move it while the pin is here."""
+
+    alias: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    job: str = Field(min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    """The job whose adapter the alias points at; it must be held by the server."""
 
 
 class ModelServerSpec(ApiModel):
@@ -128,6 +137,9 @@ class ModelServerSpec(ApiModel):
     image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=8)  # type: ignore[valid-type]
     extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
     """Extra `vllm serve` arguments, appended last."""
+    alias_pins: list[AliasPin] = Field(default_factory=list, max_length=32)
+    """Aliases held on one job's adapter whatever is promoted later: what `mmrl rollback` writes. Remove a pin to let
+    the alias follow promotions again."""
 
     @field_validator("max_lora_rank")
     @classmethod
@@ -161,6 +173,8 @@ class ServedAdapter(StatusModel):
     job: str = Field(max_length=NAME_MAX)
     job_uid: str = Field(default="", max_length=64)
     """The job object it came from: a job deleted and created again under the name is another one."""
+    alias: str = Field(default="", max_length=NAME_MAX)
+    """The alias its job claims (spec.inference.alias)."""
     path: str = Field(max_length=PATH_MAX)
     sha256: str = Field(default="", max_length=64)
     rank: int | None = None
@@ -171,6 +185,30 @@ class ServedAdapter(StatusModel):
     """When the server took it on."""
     error: str = Field(default="", max_length=2048)
     """The last load that failed, as vLLM answered it."""
+
+
+class AliasMove(StatusModel):
+    """One adapter an alias pointed at, from when to when (absent `until`: it still does)."""
+
+    job: str = Field(max_length=NAME_MAX)
+    adapter: str = Field(max_length=NAME_MAX)
+    since: str | None = TIME
+    until: str | None = TIME
+    held_out_reward: float | None = None
+
+
+class AliasStatus(StatusModel):
+    """A stable name clients call, and the adapter it points at."""
+
+    name: str = Field(max_length=NAME_MAX)
+    job: str = Field(max_length=NAME_MAX)
+    adapter: str = Field(max_length=NAME_MAX)
+    path: str = Field(max_length=PATH_MAX)
+    pinned: bool = False
+    """Held by spec.aliasPins (a rollback): promotions do not move it."""
+    loaded_on: list[str] = Field(default_factory=list, max_length=64)
+    history: list[AliasMove] = Field(default_factory=list, max_length=ALIAS_HISTORY)
+    """The adapters it pointed at, oldest first, the current one last (the last ALIAS_HISTORY)."""
 
 
 class RefusedAdapter(StatusModel):
@@ -195,6 +233,7 @@ class ModelServerStatus(StatusModel):
     model: str | None = Field(default=None, max_length=NAME_MAX)
     """The name the base model is served under."""
     adapters: list[ServedAdapter] = Field(default_factory=list, max_length=256)
+    aliases: list[AliasStatus] = Field(default_factory=list, max_length=64)
     refused: list[RefusedAdapter] = Field(default_factory=list, max_length=256)
     adapter_count: int | None = None
     """How many adapters the server is to hold (`kubectl get modelservers` prints it)."""

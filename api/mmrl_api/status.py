@@ -210,6 +210,8 @@ class InferenceStatus(StatusModel):
     """The served name of the base model (the adapter's parent in /v1/models)."""
     server: str | None = Field(default=None, max_length=NAME_MAX)
     """The ModelServer that serves the adapter (`spec.inference.server`); absent for a Deployment of the job's own."""
+    alias: str | None = Field(default=None, max_length=NAME_MAX)
+    """The alias (`spec.inference.alias`) while it points at this job's adapter; absent when it points elsewhere."""
 
 
 class TrackingRun(StatusModel):

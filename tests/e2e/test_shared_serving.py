@@ -1,5 +1,6 @@
 """Shared serving end to end: one ModelServer, real vLLM (the CPU build, run by the local kubelet from the server's
-own Deployment), and two jobs whose adapters the operator loads into it at run time. Both sides of the operator ↔
+own Deployment), and two jobs whose adapters the operator loads into it at run time, with an alias that moves on a
+promotion and is rolled back while a client keeps asking it. Both sides of the operator ↔
 vLLM contract are real: the operator lists, loads and unloads through vLLM's runtime LoRA API (through the
 apiserver's pod proxy), and each adapter answers, as itself, through the server's Service (`mmrl chat`'s path).
 
@@ -10,6 +11,7 @@ change the model's answers, on the claim the server mounts."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,8 @@ from mmrl_api import parse_job
 from mmrl_local import storage
 from mmrl_local.kubelet import Kubelet
 from mmrl_local.nodes import DEDICATED_LABEL, create_dedicated_node, dedicated_taint, delete_node
-from mmrl_operator.cli.chat import ask
+from mmrl_operator.cli.chat import ask, ask_server
+from mmrl_operator.cli.rollback import pins_after, previous_target
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.runtime.service_proxy import proxy_json
 from mmrl_trainer.adapter import export_adapter
@@ -40,11 +43,19 @@ QUESTION = "What colour is this?"
 VLLM_START = 600  # the CPU build loads the tiny model and compiles in a few minutes on 2 busy cores
 
 
+ALIAS = "colors-prod"
+GATE = {"heldOutRewardAtLeast": 0.1}
+
+
 def job_doc(name: str) -> dict[str, Any]:
     doc = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
     doc["metadata"] = {"name": name}
-    doc["spec"]["inference"] = {"server": SERVER, "servedModelName": f"{name}-lora"}
-    doc["spec"]["dataset"].pop("validation", None)
+    doc["spec"]["inference"] = {
+        "server": SERVER,
+        "servedModelName": f"{name}-lora",
+        "alias": ALIAS,
+        "promoteWhen": GATE,
+    }
     return doc
 
 
@@ -137,81 +148,113 @@ def serving_node(control_plane, api_client, pod_network, tmp_path):
     assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
 
 
-def test_two_jobs_adapters_share_one_vllm_server_each_answers_as_itself_and_a_restart_reloads_both(
+class Asker:
+    """A client that keeps asking one model on the server, recording every answer and every error."""
+
+    def __init__(self, api: client.ApiClient, ns: str, model: str) -> None:
+        self.api, self.ns, self.model = api, ns, model
+        self.answers: list[str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.answers.append(ask_server(self.api, self.ns, SERVER, self.model, QUESTION)[0])
+            except Exception as err:  # every failure counts: the test says none may happen
+                self.errors.append(f"{type(err).__name__}: {err}")
+
+    def __enter__(self) -> Asker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=180)
+
+
+def report(cluster: Cluster, host: Path, tiny: Path, name: str, seed: int, reward: float) -> None:
+    """What the trainer does at the end of a job: export the adapter to <jobDir>/adapter and report it, with the
+    held-out evaluation the gate reads."""
+    created = cluster.get(c.PLURAL, name)
+    pod_dir = f"{job_dir(parse_job(created))}/adapter"
+    status = export(tiny, host / pod_dir.removeprefix(f"{MOUNT}/"), seed=seed, base_model=f"{MOUNT}/{MODEL_DIR}")
+    status["path"] = pod_dir
+    status["evaluation"] = {"heldOutReward": reward, "baselineReward": 0.0, "step": 30}
+    wait_until(lambda: cluster.job(name).get("phase") in ("Succeeded", "Serving"), 120, what=f"{name} trained")
+    cluster.custom.patch_namespaced_custom_object_status(
+        c.GROUP, c.VERSION, cluster.ns, c.PLURAL, name, {"status": {"adapter": status}}
+    )
+
+
+def alias_target(cluster: Cluster) -> tuple[str, bool] | None:
+    found = next((a for a in cluster.server().get("aliases") or [] if a["name"] == ALIAS), None)
+    return (found["job"], found["pinned"]) if found and found.get("loadedOn") else None
+
+
+def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_without_errors_and_a_restart_reloads(
     api_client, namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
 ) -> None:
     cluster = Cluster(api_client, namespace)
     host = storage.create_hostpath_claim(cluster.core, namespace, CLAIM, tmp_path / "claim")
     tiny = build_tiny_vlm()
-    model_copy = host / MODEL_DIR
-    model_copy.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(tiny, model_copy)
+    shutil.copytree(tiny, host / MODEL_DIR)
     cluster.create(c.SERVER_PLURAL, server_doc())
-
-    # Two jobs train (the stand-in succeeds their RayJobs) and report their adapters as the trainer does.
     for name in ("alpha", "beta"):
         kuberay.script(f"{name}-a*", "succeed-after=1")
-        created = cluster.create(c.PLURAL, job_doc(name))
-        pod_dir = f"{job_dir(parse_job(created))}/adapter"
-        on_host = host / pod_dir.removeprefix(f"{MOUNT}/")
-        report = export(tiny, on_host, seed={"alpha": 1, "beta": 2}[name], base_model=f"{MOUNT}/{MODEL_DIR}")
-        report["path"] = pod_dir
-        wait_until(lambda n=name: cluster.job(n).get("phase") in ("Succeeded", "Serving"), 120, what=f"{name} done")
-        cluster.custom.patch_namespaced_custom_object_status(
-            c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"status": {"adapter": report}}
-        )
+        cluster.create(c.PLURAL, job_doc(name))
 
-    # vLLM starts with the base model only; once its replica is ready the operator loads both adapters into it.
+    # alpha finishes first: vLLM starts with the base model only, then the operator loads alpha's adapter and points
+    # the alias at it.
     started = time.monotonic()
+    report(cluster, host, tiny, "alpha", seed=1, reward=0.5)
     wait_until(lambda: cluster.ready("alpha").get("status") == "True", VLLM_START, what="alpha served")
-    wait_until(lambda: cluster.ready("beta").get("status") == "True", 60, what="beta served")
-    ready_after = time.monotonic() - started
+    wait_until(lambda: alias_target(cluster) == ("alpha", False), 60, what=f"{ALIAS} on alpha")
+    first_ready = time.monotonic() - started
+    alpha = ask(api_client, namespace, "alpha", QUESTION)[0]  # `mmrl chat alpha`
+    base = ask_server(api_client, namespace, SERVER, cluster.server()["model"], QUESTION)[0]
+    assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha  # `mmrl chat colors-prod --server`
+    assert cluster.job("alpha")["inference"]["alias"] == ALIAS
+
+    # beta is promoted while a client keeps asking the alias: the alias moves to beta, then a rollback pins it back
+    # on alpha; the client sees no error, and both adapters' answers.
+    with Asker(api_client, namespace, ALIAS) as asker:
+        wait_until(lambda: asker.answers, 60, what="the client's first answer")
+        promoted = time.monotonic()
+        report(cluster, host, tiny, "beta", seed=2, reward=0.7)
+        wait_until(lambda: alias_target(cluster) == ("beta", False), 120, what=f"{ALIAS} on beta")
+        promotion_seconds = time.monotonic() - promoted
+        beta = ask(api_client, namespace, "beta", QUESTION)[0]
+        wait_until(lambda: asker.answers[-1] == beta, 60, what="the alias answering as beta")
+        spec = cluster.get(c.SERVER_PLURAL, SERVER)["spec"]
+        pins = {"spec": {"aliasPins": pins_after(spec, ALIAS, previous_target(cluster.server(), ALIAS))}}
+        cluster.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, SERVER, pins)
+        wait_until(lambda: alias_target(cluster) == ("alpha", True), 60, what=f"{ALIAS} pinned back on alpha")
+        wait_until(lambda: asker.answers[-1] == alpha, 60, what="the alias answering as alpha again")
+    assert not asker.errors, asker.errors[:3]
+    assert len({alpha, beta, base}) == 3, (alpha, beta, base)
+    assert set(asker.answers) == {alpha, beta}
     status = cluster.server()
-    held = {a["name"]: a for a in status["adapters"]}
-    assert set(held) == {"alpha-lora", "beta-lora"} and status["adapterCount"] == 2
-    assert all(a["loadedOn"] == [cluster.replica()] for a in held.values()), held
-    listed = cluster.models()
-    assert listed["alpha-lora"] == held["alpha-lora"]["path"] and listed["beta-lora"] == held["beta-lora"]["path"]
-    assert cluster.job("alpha")["inference"]["server"] == SERVER
+    assert {a["name"] for a in status["adapters"]} == {"alpha-lora", "beta-lora"}  # alpha never left
+    history = next(a for a in status["aliases"] if a["name"] == ALIAS)["history"]
+    assert [(h["job"], h["heldOutReward"]) for h in history] == [("alpha", 0.5), ("beta", 0.7), ("alpha", 0.5)]
+    assert all(h.get("until") for h in history[:-1]) and not history[-1].get("until")
 
-    # Each adapter answers as itself: greedy answers through the server's Service differ from each other and from
-    # the base model's (the adapters' weights are not zero).
-    answers = {name: ask(api_client, namespace, name, QUESTION)[0] for name in ("alpha", "beta")}
-    base = proxy_json(
-        api_client,
-        "POST",
-        namespace,
-        f"{SERVER}-vllm",
-        8000,
-        "/v1/chat/completions",
-        {
-            "model": status["model"],
-            "messages": [{"role": "user", "content": QUESTION}],
-            "max_tokens": 64,
-            "temperature": 0,
-        },
-        deadline=120,
-    )["choices"][0]["message"]["content"]
-    assert len({answers["alpha"], answers["beta"], base}) == 3, (answers, base)
-
-    # A replica that restarts holds nothing: the operator loads both again.
+    # A replica that restarts holds nothing: the operator loads both adapters and the alias again.
     old = cluster.replica()
     cluster.core.delete_namespaced_pod(old, namespace)
     wait_until(lambda: (r := cluster.replica()) is not None and r != old, VLLM_START, what="a new replica ready")
-    wait_until(
-        lambda: (
-            {a["name"]: a["loadedOn"] for a in cluster.server()["adapters"]}
-            == {"alpha-lora": [cluster.replica()], "beta-lora": [cluster.replica()]}
-        ),
-        120,
-        what="both adapters on the new replica",
-    )
-    assert set(cluster.models()) >= {"alpha-lora", "beta-lora"}
-    assert ask(api_client, namespace, "beta", QUESTION)[0] == answers["beta"]
+    wait_until(lambda: set(cluster.models()) >= {"alpha-lora", "beta-lora", ALIAS}, 120, what="all loaded again")
+    assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha
+    assert ask(api_client, namespace, "beta", QUESTION)[0] == beta
 
-    # Deleting a job unloads its adapter; the other stays.
-    cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "alpha")
-    wait_until(lambda: "alpha-lora" not in cluster.models(), 60, what="alpha unloaded")
-    assert [a["name"] for a in cluster.server()["adapters"]] == ["beta-lora"]
-    assert ask(api_client, namespace, "beta", QUESTION)[0] == answers["beta"]
-    print(f"shared server: both adapters answering {ready_after:.0f}s after both jobs reported them")
+    # Deleting a job unloads its adapter; the pinned alias and the other adapter stay.
+    cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "beta")
+    wait_until(lambda: "beta-lora" not in cluster.models(), 60, what="beta unloaded")
+    assert [a["name"] for a in cluster.server()["adapters"]] == ["alpha-lora"]
+    assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha
+    print(
+        f"shared server: first adapter answering {first_ready:.0f}s after its report (vLLM start included); "
+        f"alias on the next promotion {promotion_seconds:.1f}s after its report"
+    )

@@ -56,13 +56,38 @@ def ask(api_client, namespace: str, name: str, question: str, image: Path | None
     return answer["choices"][0]["message"]["content"], inference
 
 
-def main(name: str, question: str, image: str | None, namespace: str | None) -> int:
+def ask_server(  # type: ignore[no-untyped-def]
+    api_client, namespace: str, server: str, model: str, question: str, image: Path | None = None
+) -> tuple[str, dict]:
+    """(answer, what was asked) from a ModelServer, for `model`: an adapter's served name, an alias or the base
+    model; raises RuntimeError when the server is not serving."""
+    from kubernetes import client
+
+    found = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, server
+    )
+    status = found.get("status") or {}
+    if not status.get("service") or not status.get("url"):
+        raise RuntimeError(f"ModelServer {namespace}/{server} is not serving (phase {status.get('phase', 'Pending')})")
+    port = status["url"].rsplit(":", 1)[-1].split("/", 1)[0]
+    body = chat_request(model, question, image)
+    answer = proxy_json(
+        api_client, "POST", namespace, status["service"], port, "/v1/chat/completions", body, deadline=CHAT_DEADLINE
+    )
+    return answer["choices"][0]["message"]["content"], {"model": model, "service": status["service"]}
+
+
+def main(name: str, question: str, image: str | None, namespace: str | None, server: str | None = None) -> int:
     from kubernetes import config
 
     api_client = config.new_client_from_config()
     ns = namespace or config.list_kube_config_contexts()[1]["context"].get("namespace") or "default"
+    picture = Path(image) if image else None
     try:
-        answer, inference = ask(api_client, ns, name, question, Path(image) if image else None)
+        if server:
+            answer, inference = ask_server(api_client, ns, server, name, question, picture)
+        else:
+            answer, inference = ask(api_client, ns, name, question, picture)
     except (RuntimeError, OSError, ResponseTooLarge) as exc:
         print(f"mmrl chat: {exc}", file=sys.stderr)
         return 1

@@ -130,10 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"seconds for the whole read of the job's MLflow run, retries included (default: {DEFAULT_BUDGET:g})",
     )
     ch = sub.add_parser("chat", help="ask a serving job's adapter one question (through its Service)")
-    ch.add_argument("name")
+    ch.add_argument("name", help="the job; with --server, the model: an adapter's served name or an alias")
     ch.add_argument("question")
     ch.add_argument("--image", help="an image file to send with the question")
+    ch.add_argument("--server", default=None, help="ask this ModelServer for the model NAME")
     ch.add_argument("-n", "--namespace", default=None)
+    rb = sub.add_parser("rollback", help="point a ModelServer alias back at the adapter it served before (a pin)")
+    rb.add_argument("alias")
+    rb.add_argument("--server", required=True, help="the ModelServer that holds the alias")
+    rb.add_argument("--to", default=None, help="the job whose adapter to point at (default: the previous one)")
+    rb.add_argument("--unpin", action="store_true", help="remove the pin: the alias follows promotions again")
+    rb.add_argument("-n", "--namespace", default=None)
     o = sub.add_parser("operator", help="run the operator (kopf)")
     o.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
     o.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
@@ -166,7 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "chat":
         from mmrl_operator.cli.chat import main as chat
 
-        return chat(args.name, args.question, args.image, args.namespace)
+        return chat(args.name, args.question, args.image, args.namespace, args.server)
+    if args.command == "rollback":
+        from mmrl_operator.cli.rollback import main as rollback
+
+        return rollback(args.alias, args.server, args.namespace, args.to, args.unpin)
     from mmrl_operator.runtime.run import run_operator
 
     return run_operator(args)

@@ -198,6 +198,9 @@ def decide_shared_serving(
         "baseModel": base,
         "server": server_name,
     }
+    alias = job.spec.inference.alias
+    if alias and any(a.get("name") == alias and a.get("job") == job.name for a in server_status.get("aliases") or []):
+        d.inference["alias"] = alias
     was_ready = bool(status.inference and status.inference.ready)
     if was_ready and not ready[0]:
         d.events.append(("Warning", "InferenceNotReady", ready[2]))

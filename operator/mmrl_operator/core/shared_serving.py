@@ -25,7 +25,14 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob, adapter_rules
 from mmrl_api.context_budget import spec_max_model_len
-from mmrl_api.model_server import ModelServer, RefusedAdapter, ServedAdapter
+from mmrl_api.model_server import (
+    ALIAS_HISTORY,
+    AliasMove,
+    AliasStatus,
+    ModelServer,
+    RefusedAdapter,
+    ServedAdapter,
+)
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as server_build
 from mmrl_operator.core.builders.inference import adapter_name, served_base_name, training_processor_kwargs
@@ -53,12 +60,14 @@ class Candidate:
     rank: int
     held_out_reward: float | None
     created: str  # the job's creationTimestamp: older jobs get free room first
+    alias: str = ""  # the alias the job claims
 
     def served(self, since: str) -> ServedAdapter:
         return ServedAdapter(
             name=self.name,
             job=self.job,
             job_uid=self.job_uid,
+            alias=self.alias,
             path=self.path,
             sha256=self.sha256,
             rank=self.rank,
@@ -99,6 +108,7 @@ def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> C
         rank=reported.rank,
         held_out_reward=evaluation.held_out_reward if evaluation else None,
         created=str((job.metadata.model_extra or {}).get("creationTimestamp") or ""),
+        alias=job.spec.inference.alias or "",
     )
 
 
@@ -157,7 +167,11 @@ def held_set(
     now: str,
 ) -> tuple[list[ServedAdapter], list[RefusedAdapter]]:
     """The adapters the server holds after this pass, and the jobs it refuses. `verdicts` has one entry per job
-    that names the server or is held (by job name): `candidate` of it, or None for a held job that is gone."""
+    that names the server or is held (by job name): `candidate` of it, or None for a held job that is gone.
+
+    Every name vLLM holds takes one of maxAdapters: each adapter's, and each alias's (an alias is the adapter it
+    points at, loaded once more under the alias). A name is never shared between adapters, aliases and the base
+    model."""
     base = served_base_name(server.spec.model.name)
     keep: list[ServedAdapter] = []
     for entry in held:
@@ -167,42 +181,103 @@ def held_set(
             entry.name,
             entry.path,
         ):
-            keep.append(entry)
+            keep.append(entry.model_copy(update={"alias": verdict.alias}))
     refused: list[RefusedAdapter] = []
-    taken = {e.name: e.job for e in keep}
+    names = {e.name: e.job for e in keep}
+    aliases = {e.alias for e in keep if e.alias} | {p.alias for p in server.spec.alias_pins}
     fresh = sorted(
         (v for v in verdicts.values() if isinstance(v, Candidate) and v.job not in {e.job for e in keep}),
         key=lambda v: (v.created, v.job),
     )
     for v in fresh:
-        if v.name == base or (v.name in taken and taken[v.name] != v.job):
-            owner = "the base model" if v.name == base else f"job {taken[v.name]}'s adapter"
-            refused.append(
-                RefusedAdapter(
-                    job=v.job,
-                    name=v.name,
-                    reason="NameTaken",
-                    message=f"server {server.name} already serves {owner} as {v.name}; set spec.inference."
-                    "servedModelName to another name",
-                )
-            )
-        elif len(keep) >= server.spec.max_adapters:
+        taken = _taken(v, base, names, aliases)
+        slots = 1 + (1 if v.alias and v.alias not in aliases else 0)
+        if taken is not None:
+            refused.append(RefusedAdapter(job=v.job, name=v.name, reason="NameTaken", message=taken))
+        elif len(names) + len(aliases) + slots > server.spec.max_adapters:
             refused.append(
                 RefusedAdapter(
                     job=v.job,
                     name=v.name,
                     reason="ServerFull",
-                    message=f"server {server.name} holds its maxAdapters ({server.spec.max_adapters}); the adapter "
-                    "is loaded once one of them is unloaded (its job deleted) or maxAdapters is raised",
+                    message=f"server {server.name} holds its maxAdapters ({server.spec.max_adapters}, aliases "
+                    "included); the adapter is loaded once one of them is unloaded (its job deleted) or maxAdapters "
+                    "is raised",
                 )
             )
         else:
             keep.append(v.served(now))
-            taken[v.name] = v.job
+            names[v.name] = v.job
+            if v.alias:
+                aliases.add(v.alias)
     for job, verdict in sorted(verdicts.items()):
         if isinstance(verdict, Refusal):
             refused.append(RefusedAdapter(job=job, reason=verdict.reason, message=verdict.message))
     return keep, refused
+
+
+def _taken(v: Candidate, base: str, names: dict[str, str], aliases: set[str]) -> str | None:
+    """Why the candidate's served name or alias cannot be had, or None."""
+    fix = "set spec.inference.servedModelName to another name"
+    if v.name == base:
+        return f"{v.name} is the base model's name on the server; {fix}"
+    if v.name in names and names[v.name] != v.job:
+        return f"the server already serves job {names[v.name]}'s adapter as {v.name}; {fix}"
+    if v.name in aliases:
+        return f"{v.name} is an alias on the server; {fix}"
+    if v.alias and (v.alias == base or v.alias in names or v.alias == v.name):
+        return f"alias {v.alias} is the name of an adapter or of the base model on the server; choose another alias"
+    return None
+
+
+def alias_targets(
+    server: ModelServer, held: list[ServedAdapter], previous: list[AliasStatus], now: str
+) -> list[AliasStatus]:
+    """Where each alias points after this pass. A pin (spec.aliasPins: a rollback) holds it on its job's adapter;
+    otherwise it follows the latest promotion: of the held adapters whose jobs claim it, the one the server took last.
+    An alias nobody claims any more keeps pointing where it did while that adapter is held. Each move closes the
+    previous entry of its history and opens one."""
+    pins = {p.alias: p.job for p in server.spec.alias_pins}
+    by_job = {e.job: e for e in held}
+    claims: dict[str, list[ServedAdapter]] = {}
+    for e in held:
+        if e.alias:
+            claims.setdefault(e.alias, []).append(e)
+    before = {a.name: a for a in previous}
+    out: list[AliasStatus] = []
+    for name in sorted(set(claims) | set(before) | set(pins)):
+        pinned = pins.get(name) in by_job
+        if pinned:
+            target = by_job[pins[name]]
+        elif claims.get(name):
+            target = max(claims[name], key=lambda e: (e.since or "", e.job))
+        elif name in before and before[name].job in by_job:
+            target = by_job[before[name].job]
+        else:
+            continue  # nothing held to point at: the alias goes
+        history = list(before[name].history) if name in before else []
+        if not history or history[-1].job != target.job:
+            if history and history[-1].until is None:
+                history[-1] = history[-1].model_copy(update={"until": now})
+            history.append(
+                AliasMove(job=target.job, adapter=target.name, since=now, held_out_reward=target.held_out_reward)
+            )
+        out.append(
+            AliasStatus(
+                name=name,
+                job=target.job,
+                adapter=target.name,
+                path=target.path,
+                pinned=pinned,
+                history=history[-ALIAS_HISTORY:],
+            )
+        )
+    return out
+
+
+def desired_names(held: list[ServedAdapter], aliases: list[AliasStatus]) -> dict[str, str]:
+    """Every LoRA name a replica must hold, with its path: each adapter, and each alias at its target's path."""
+    return {**{e.name: e.path for e in held}, **{a.name: a.path for a in aliases}}
 
 
 def listed_adapters(models: Any, base: str) -> dict[str, str]:
@@ -217,10 +292,9 @@ def listed_adapters(models: Any, base: str) -> dict[str, str]:
     return out
 
 
-def replica_plan(held: list[ServedAdapter], listed: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """(adapters to load as (name, path), names to unload) for one replica: what it lacks or holds from another
-    path, and what it holds that the server does not."""
-    want = {e.name: e.path for e in held}
+def replica_plan(want: dict[str, str], listed: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(names to load as (name, path), names to unload) for one replica: what it lacks or holds from another path
+    (an alias that moved: loaded in place), and what it holds that the server does not."""
     load = [(name, path) for name, path in want.items() if listed.get(name) != path]
     unload = sorted(name for name in listed if name not in want)
     return load, unload

@@ -14,7 +14,6 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from mmrl_api.model_server import ServedAdapter
 from mmrl_operator.core.builders.inference import PORT
 from mmrl_operator.core.shared_serving import listed_adapters, replica_plan
 from mmrl_operator.runtime.kube import Kube
@@ -32,7 +31,8 @@ class ReplicaResult:
     changed: int = 0  # loads and unloads made
 
 
-def sync_replica(kube: Kube, namespace: str, pod: str, base: str, held: list[ServedAdapter]) -> ReplicaResult:
+def sync_replica(kube: Kube, namespace: str, pod: str, base: str, want: dict[str, str]) -> ReplicaResult:
+    """Make the replica hold exactly `want` ({LoRA name: path}: the adapters and the aliases)."""
     result = ReplicaResult()
     try:
         answer = json.loads(kube.pod_call(namespace, pod, PORT, "GET", "/v1/models", deadline=LIST_SECONDS))
@@ -40,7 +40,7 @@ def sync_replica(kube: Kube, namespace: str, pod: str, base: str, held: list[Ser
         result.unreachable = describe_error(err)
         return result
     listed = listed_adapters(answer.get("data") if isinstance(answer, dict) else None, base)
-    load, unload = replica_plan(held, listed)
+    load, unload = replica_plan(want, listed)
     for name in unload:
         try:
             kube.pod_call(namespace, pod, PORT, "POST", "/v1/unload_lora_adapter", {"lora_name": name}, LIST_SECONDS)
@@ -57,5 +57,5 @@ def sync_replica(kube: Kube, namespace: str, pod: str, base: str, held: list[Ser
         except Exception as err:
             result.errors[name] = describe_error(err)
             log.warning("could not load adapter %s into %s/%s: %s", name, namespace, pod, result.errors[name])
-    result.holds = {e.name for e in held if e.name not in result.errors}
+    result.holds = {name for name in want if name not in result.errors}
     return result

@@ -26,7 +26,14 @@ from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_s
 from mmrl_operator.core.names import object_uid
 from mmrl_operator.core.observed import pod_problem
 from mmrl_operator.core.ownership import controlled_by, controller_of
-from mmrl_operator.core.shared_serving import Candidate, Refusal, candidate, held_set
+from mmrl_operator.core.shared_serving import (
+    Candidate,
+    Refusal,
+    alias_targets,
+    candidate,
+    desired_names,
+    held_set,
+)
 from mmrl_operator.runtime.adapter_loader import sync_replica
 from mmrl_operator.runtime.caches import DEPLOYMENTS, PODS, SERVICES, slim_deployment, slim_pod, slim_service
 from mmrl_operator.runtime.informer import Informer, Kind, Obj
@@ -185,12 +192,14 @@ class ServerController:
         held_before = list(server.status.adapters) if server.status else []
         verdicts = self.verdicts(server, held_before)
         held, refused = held_set(server, held_before, verdicts, now)
+        aliases = alias_targets(server, held, list(server.status.aliases) if server.status else [], now)
+        want = desired_names(held, aliases)
         base = served_base_name(server.spec.model.name)
-        on: dict[str, list[str]] = {e.name: [] for e in held}
+        on: dict[str, list[str]] = {name: [] for name in want}
         errors: dict[str, str] = {}
         unfinished = False
         for pod in self.ready_replicas(server):
-            result = sync_replica(self.kube, server.namespace, pod, base, held)
+            result = sync_replica(self.kube, server.namespace, pod, base, want)
             if result.unreachable is not None:
                 unfinished = True
                 continue
@@ -203,6 +212,7 @@ class ServerController:
             entries.append(e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}))
         unfinished = unfinished or bool(errors)
         plan.status["adapters"] = [e.wire() for e in entries]
+        plan.status["aliases"] = [a.model_copy(update={"loaded_on": sorted(on[a.name])}).wire() for a in aliases]
         plan.status["refused"] = [r.wire() for r in refused]
         plan.status["adapterCount"] = len(entries)
         return unfinished

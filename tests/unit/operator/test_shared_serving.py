@@ -16,7 +16,9 @@ from mmrl_operator.core.names import job_dir
 from mmrl_operator.core.shared_serving import (
     Candidate,
     Refusal,
+    alias_targets,
     candidate,
+    desired_names,
     held_set,
     job_view,
     listed_adapters,
@@ -146,8 +148,9 @@ def test_a_replica_loads_what_it_lacks_reloads_a_moved_path_and_unloads_the_rest
     ]
     listed = listed_adapters(models, "Qwen/Qwen3-VL-8B-Instruct")
     assert listed == {"b": "/fsx/b1", "old": "/fsx/old"}
-    assert replica_plan(held, listed) == ([("a", "/fsx/a"), ("b", "/fsx/b2")], ["old"])
-    assert replica_plan(held, {"a": "/fsx/a", "b": "/fsx/b2"}) == ([], [])
+    want = desired_names(held, [])
+    assert replica_plan(want, listed) == ([("a", "/fsx/a"), ("b", "/fsx/b2")], ["old"])
+    assert replica_plan(want, {"a": "/fsx/a", "b": "/fsx/b2"}) == ([], [])
 
 
 def test_the_jobs_inference_ready_reads_the_servers_status() -> None:
@@ -194,3 +197,71 @@ def test_a_job_served_from_a_server_makes_no_deployment_and_removes_one_it_had()
     }
     missing = decide_serving(j, trained(j), ServingObserved())
     assert missing.ready is not None and missing.ready[1] == "ServerNotFound" and missing.delete == []
+
+
+def claim(name: str, since: str, reward: float, alias: str = "geo-prod") -> ServedAdapter:
+    j = job(name, servedModelName=name, alias=alias, promoteWhen={"heldOutRewardAtLeast": 0.1})
+    status = trained(j, evaluation={"heldOutReward": reward, "baselineReward": 0.0, "step": 10})
+    got = candidate(j, status, server())
+    assert isinstance(got, Candidate) and got.alias == alias
+    return got.served(since)
+
+
+def test_an_alias_follows_the_latest_promotion_keeps_its_history_and_a_pin_rolls_it_back() -> None:
+    v1 = claim("geo-v1", "2026-10-01T08:00:00Z", 0.5)
+    (first,) = alias_targets(server(), [v1], [], "2026-10-01T08:00:00Z")
+    assert (first.name, first.job, first.path, first.pinned) == ("geo-prod", "geo-v1", v1.path, False)
+    v2 = claim("geo-v2", "2026-10-01T09:00:00Z", 0.7)
+    (moved,) = alias_targets(server(), [v1, v2], [first], "2026-10-01T09:00:00Z")
+    assert (moved.job, moved.path) == ("geo-v2", v2.path)
+    assert [(h.job, h.since, h.until, h.held_out_reward) for h in moved.history] == [
+        ("geo-v1", "2026-10-01T08:00:00Z", "2026-10-01T09:00:00Z", 0.5),
+        ("geo-v2", "2026-10-01T09:00:00Z", None, 0.7),
+    ]
+    # Both adapters stay loaded under their own names, and the alias is one more name at v2's path.
+    assert desired_names([v1, v2], [moved]) == {"geo-v1": v1.path, "geo-v2": v2.path, "geo-prod": v2.path}
+    pinned = server(aliasPins=[{"alias": "geo-prod", "job": "geo-v1"}])
+    (back,) = alias_targets(pinned, [v1, v2], [moved], "2026-10-01T10:00:00Z")
+    assert (back.job, back.path, back.pinned) == ("geo-v1", v1.path, True)
+    assert [h.job for h in back.history] == ["geo-v1", "geo-v2", "geo-v1"] and back.history[1].until is not None
+    # A later promotion does not move a pinned alias; removing the pin lets it follow the latest again.
+    v3 = claim("geo-v3", "2026-10-01T11:00:00Z", 0.8)
+    (still,) = alias_targets(pinned, [v1, v2, v3], [back], "2026-10-01T11:00:00Z")
+    assert still.job == "geo-v1" and len(still.history) == 3
+    (followed,) = alias_targets(server(), [v1, v2, v3], [still], "2026-10-01T12:00:00Z")
+    assert followed.job == "geo-v3" and not followed.pinned
+
+
+def test_an_alias_stays_on_its_adapter_while_held_and_goes_with_it() -> None:
+    v1 = claim("geo-v1", "2026-10-01T08:00:00Z", 0.5)
+    (first,) = alias_targets(server(), [v1], [], NOW)
+    unclaimed = v1.model_copy(update={"alias": ""})  # the job no longer claims it: the alias keeps pointing there
+    assert [a.job for a in alias_targets(server(), [unclaimed], [first], NOW)] == ["geo-v1"]
+    assert alias_targets(server(), [], [first], NOW) == []  # its adapter unloaded: nothing to point at
+
+
+def test_an_alias_takes_a_slot_and_never_shares_a_name() -> None:
+    s = server(maxAdapters=2, maxLoras=1)
+    c1 = claim("geo-v1", NOW, 0.5)
+    keep, refused = held_set(s, [], {"geo-v1": cand_of(c1)}, NOW)
+    assert [e.job for e in keep] == ["geo-v1"] and refused == []  # adapter + alias: both slots
+    other = cand("other", "2026-10-01T08:30:00Z")
+    keep, refused = held_set(s, keep, {"geo-v1": cand_of(c1), "other": other}, NOW)
+    assert [(r.job, r.reason) for r in refused] == [("other", "ServerFull")]
+    clash = cand("clash", served="geo-prod")
+    _, refused = held_set(server(), keep, {"geo-v1": cand_of(c1), "clash": clash}, NOW)
+    assert [(r.job, r.reason) for r in refused] == [("clash", "NameTaken")] and "alias" in refused[0].message
+
+
+def cand_of(entry: ServedAdapter) -> Candidate:
+    return Candidate(
+        name=entry.name,
+        job=entry.job,
+        job_uid=entry.job_uid,
+        path=entry.path,
+        sha256=entry.sha256,
+        rank=entry.rank or 0,
+        held_out_reward=entry.held_out_reward,
+        created="2026-10-01T08:00:00Z",
+        alias=entry.alias,
+    )
