@@ -405,13 +405,17 @@ class PodWorker:
         ts = now_iso()
         ready = self.phase == "Running" and all(c.ready() for c in self.containers)
         finished = self.phase in ("Succeeded", "Failed")
+        old = {c["type"]: c for c in (self.pod.get("status") or {}).get("conditions") or []}
+        # As the kubelet does: Ready also waits for every readiness gate's condition, which someone else (a
+        # controller) sets in the pod's status; the loop's `update` brings the pod as the API has it.
+        gates = [g.get("conditionType") for g in (self.pod.get("spec") or {}).get("readinessGates") or []]
+        gated = all((old.get(t) or {}).get("status") == "True" for t in gates)
         values = {
             "PodScheduled": True,
             "Initialized": self.initialized or finished,
             "ContainersReady": ready,
-            "Ready": ready,
+            "Ready": ready and gated,
         }
-        old = {c["type"]: c for c in (self.pod.get("status") or {}).get("conditions") or []}
         out = []
         for kind, value in values.items():
             status = "True" if value else "False"

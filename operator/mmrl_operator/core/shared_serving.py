@@ -30,12 +30,14 @@ from mmrl_api.model_server import (
     AliasMove,
     AliasStatus,
     ModelServer,
+    ModelServerStatus,
     RefusedAdapter,
     ServedAdapter,
 )
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as server_build
 from mmrl_operator.core.builders.inference import adapter_name, served_base_name, training_processor_kwargs
+from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
 from mmrl_operator.core.names import job_dir, job_uid
 from mmrl_operator.core.promotion import gate_verdict
 
@@ -322,3 +324,37 @@ def job_view(job: MultimodalRLJob, server: dict[str, Any] | None) -> tuple[bool,
             f"adapter {name} is loaded on {loaded} of {ready} ready replicas of {server_name}",
         )
     return True, "AdapterServed", f"adapter {name} answers at {st.get('url')} on server {server_name}"
+
+
+def vllm_up(pod: dict[str, Any]) -> bool:
+    """Whether the replica's vLLM answers (its container passed the readiness probe on /v1/models): it can be
+    listed and loaded into, whatever its readiness gate says."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(cs.get("name") == "vllm" and cs.get("ready") is True for cs in statuses)
+
+
+def announced_names(status: ModelServerStatus | None) -> set[str]:
+    """The names the server already serves: loaded on some replica at the last pass. A replica is Ready only
+    while it holds all of them; a name being loaded for the first time is not among them, so one adapter that fails
+    to load never takes a replica out of the Service."""
+    if status is None:
+        return set()
+    return {e.name for e in status.adapters if e.loaded_on} | {a.name for a in status.aliases if a.loaded_on}
+
+
+def gate_condition(holds: set[str] | None, announced: set[str], now: str) -> dict[str, Any]:
+    """The replica's readiness-gate condition: True once it answers and holds every announced name. `holds` None:
+    its vLLM is not up, or did not answer its listing."""
+    if holds is None:
+        ok, reason, message = False, "VLLMNotUp", "vLLM does not answer yet; its adapters are loaded once it does"
+    elif missing := sorted(announced - holds):
+        ok, reason, message = False, "AdaptersLoading", f"loading {', '.join(missing)}"
+    else:
+        ok, reason, message = True, "AdaptersLoaded", f"holds every adapter the server serves ({len(holds)})"
+    return {
+        "type": ADAPTERS_LOADED,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }

@@ -24,7 +24,7 @@ from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError
 from mmrl_api import constants as c
 from mmrl_operator.runtime import bounded_http, metrics
 from mmrl_operator.runtime.permissions import CORE, require
-from mmrl_operator.runtime.service_proxy import proxy_json
+from mmrl_operator.runtime.service_proxy import api_request, proxy_json
 
 if TYPE_CHECKING:
     from mmrl_operator.runtime.prober import Prober
@@ -165,6 +165,16 @@ class Kube:
         self._count()
         resource = f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}"
         return bounded_http.request(self.api_client, method, resource, body=body, deadline=deadline)
+
+    def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
+        """Set one condition of a pod's status (a readiness gate's), leaving the kubelet's own: a strategic merge
+        patch, which merges conditions by type."""
+        require(CORE, "pods/status", "patch")
+        self._count()
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/status"
+        body = {"status": {"conditions": [condition]}}
+        api_request(self.api_client, "PATCH", path, body=body, content_type="application/strategic-merge-patch+json")
+        self._wrote()
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the apiserver serves the resource now (discovery: every authenticated client may read it)."""

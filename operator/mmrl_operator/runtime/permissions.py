@@ -104,6 +104,13 @@ PERMISSIONS: tuple[Rule, ...] = (
     Rule(CORE, "services/proxy", ("get",), "watched", "serving: ask vLLM's /v1/models through the apiserver"),
     Rule(
         CORE,
+        "pods/status",
+        ("patch",),
+        "watched",
+        "shared servers: a replica's readiness gate, True once it holds every adapter the server serves",
+    ),
+    Rule(
+        CORE,
         "pods/proxy",
         ("get", "create"),
         "watched",

@@ -20,19 +20,19 @@ from mmrl_api import constants as c
 from mmrl_api import parse_job
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
 from mmrl_api.status import JobStatus
-from mmrl_operator.core.builders import model_server as build
 from mmrl_operator.core.builders.inference import served_base_name
-from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_server, status_changed
-from mmrl_operator.core.names import object_uid
-from mmrl_operator.core.observed import pod_problem
-from mmrl_operator.core.ownership import controlled_by, controller_of
+from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
+from mmrl_operator.core.model_server import ServerPlan, decide_server, status_changed
 from mmrl_operator.core.shared_serving import (
     Candidate,
     Refusal,
     alias_targets,
+    announced_names,
     candidate,
     desired_names,
+    gate_condition,
     held_set,
+    vllm_up,
 )
 from mmrl_operator.runtime.adapter_loader import sync_replica
 from mmrl_operator.runtime.caches import DEPLOYMENTS, PODS, SERVICES, slim_deployment, slim_pod, slim_service
@@ -187,35 +187,62 @@ class ServerController:
 
     # --- adapters ------------------------------------------------------------------------------------------------
     def adapters(self, server: ModelServer, plan: ServerPlan, now: str) -> bool:
-        """Decide the held set, make every ready replica hold it, and put both in the planned status. True while
-        some replica does not hold all of it yet (the pass comes back sooner)."""
-        held_before = list(server.status.adapters) if server.status else []
+        """Decide the held set and the aliases, make every replica whose vLLM is up hold them, set each replica's
+        readiness gate, and put it all in the planned status. True while some replica does not hold everything
+        yet (the pass comes back sooner)."""
+        status = server.status
+        held_before = list(status.adapters) if status else []
         verdicts = self.verdicts(server, held_before)
         held, refused = held_set(server, held_before, verdicts, now)
-        aliases = alias_targets(server, held, list(server.status.aliases) if server.status else [], now)
+        aliases = alias_targets(server, held, list(status.aliases) if status else [], now)
         want = desired_names(held, aliases)
         base = served_base_name(server.spec.model.name)
+        announced = announced_names(status)
         on: dict[str, list[str]] = {name: [] for name in want}
         errors: dict[str, str] = {}
         unfinished = False
-        for pod in self.ready_replicas(server):
-            result = sync_replica(self.kube, server.namespace, pod, base, want)
-            if result.unreachable is not None:
-                unfinished = True
-                continue
-            for name in result.holds:
-                on[name].append(pod)
-            for name, why in result.errors.items():
-                errors[name] = f"{pod}: {why}"
-        entries = []
-        for e in held:
-            entries.append(e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}))
-        unfinished = unfinished or bool(errors)
+        for pod in self.replicas(server):
+            name = pod["metadata"]["name"]
+            holds: set[str] | None = None
+            if vllm_up(pod):
+                result = sync_replica(self.kube, server.namespace, name, base, want)
+                if result.unreachable is None:
+                    holds = result.holds
+                    for held_name in holds:
+                        on[held_name].append(name)
+                    errors.update({n: f"{name}: {why}" for n, why in result.errors.items()})
+            unfinished = unfinished or holds is None or holds != set(want)
+            self.set_gate(server, pod, gate_condition(holds, announced, now))
+        entries = [
+            e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}) for e in held
+        ]
         plan.status["adapters"] = [e.wire() for e in entries]
         plan.status["aliases"] = [a.model_copy(update={"loaded_on": sorted(on[a.name])}).wire() for a in aliases]
         plan.status["refused"] = [r.wire() for r in refused]
         plan.status["adapterCount"] = len(entries)
         return unfinished
+
+    def set_gate(self, server: ModelServer, pod: dict[str, Any], wanted: dict[str, Any]) -> None:
+        """Write the replica's readiness gate when its status differs from what it has (transition time kept)."""
+        current = next(
+            (cd for cd in (pod.get("status") or {}).get("conditions") or [] if cd.get("type") == ADAPTERS_LOADED),
+            None,
+        )
+        if current is not None and current.get("status") == wanted["status"]:
+            return
+        try:
+            self.kube.patch_pod_condition(server.namespace, pod["metadata"]["name"], wanted)
+        except Exception as err:  # the pod went; the next pass sees what is left
+            log.info("readiness gate of %s/%s not set: %s", server.namespace, pod["metadata"]["name"], err)
+
+    def replicas(self, server: ModelServer) -> list[dict[str, Any]]:
+        """The server's live pods, oldest first."""
+        pods = [
+            p
+            for p in self.children["Pod"].indexed((server.namespace, server.name))
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
 
     def verdicts(self, server: ModelServer, held: list[ServedAdapter]) -> dict[str, Candidate | Refusal | None]:
         """`candidate` of every job that names the server, from the job store; a held job the store does not have
@@ -231,58 +258,6 @@ class ServerController:
             raw = self.jobs.get(server.namespace, entry.job) or self.kube.get_job(server.namespace, entry.job)
             out[entry.job] = None if raw is None else _verdict(raw, server)
         return out
-
-    def ready_replicas(self, server: ModelServer) -> list[str]:
-        """The server's pods whose vLLM answers its readiness probe (condition Ready), oldest first."""
-        pods = [
-            p
-            for p in self.children["Pod"].indexed((server.namespace, server.name))
-            if not p["metadata"].get("deletionTimestamp") and _ready(p)
-        ]
-        return [p["metadata"]["name"] for p in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))]
-
-    def _wrote(self, stored: dict[str, Any]) -> None:
-        meta = stored["metadata"]
-        if "generation" in meta:
-            self._written[(stored["kind"], meta["namespace"], meta["name"])] = meta["generation"]
-        self.children[stored["kind"]].wrote(stored)
-
-    def _edited(self, kind: str, obj: dict[str, Any]) -> bool:
-        meta = obj["metadata"]
-        written = self._written.get((kind, meta.get("namespace") or "", meta["name"]))
-        return written is not None and meta.get("generation") != written
-
-    def observe(self, server: ModelServer) -> ServerObserved:
-        key, name, uid = (server.namespace, server.name), build.server_child_name(server.name), object_uid(server)
-        found: dict[str, dict[str, Any] | None] = {}
-        foreign = []
-        for kind in ("Deployment", "Service"):
-            obj = self.children[kind].get(server.namespace, name)
-            if obj is None or not controlled_by(obj, uid):
-                # Not in the cache as ours: read it by name before it is written (a stranger's is never taken).
-                obj = self.kube.get(CHILD_KINDS[kind][2], kind, server.namespace, name)
-                if obj is not None and not controlled_by(obj, uid):
-                    ref = controller_of(obj)
-                    owner = f" (controlled by {ref.get('kind')} {ref.get('name')})" if ref else ""
-                    foreign.append(f"{kind} {name}{owner}")
-                    obj = None
-                elif obj is not None:
-                    obj = self.children[kind].wrote(obj)
-            found[kind] = obj
-        pods = [p for p in self.children["Pod"].indexed(key) if not p["metadata"].get("deletionTimestamp")]
-        deployment = found["Deployment"]
-        return ServerObserved(
-            deployment=deployment,
-            service=found["Service"],
-            deployment_edited=deployment is not None and self._edited("Deployment", deployment),
-            pod_problem=next((pr for p in pods if (pr := pod_problem(p))), None),
-            foreign=tuple(foreign),
-        )
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(cd.get("type") == "Ready" and cd.get("status") == "True" for cd in conditions)
 
 
 def _verdict(raw: dict[str, Any], server: ModelServer) -> Candidate | Refusal | None:

@@ -18,6 +18,7 @@ def api_request(
     query: dict[str, Any] | None = None,
     body: dict[str, Any] | None = None,
     timeout: float | tuple[float, float] = 5.0,
+    content_type: str = "application/json",
 ) -> Any:
     """`method` on an apiserver path with the client's credentials, bypassing the generated models. Returns the
     response unread (a caller may stream it, e.g. a watch); raises ApiException on a non-2xx answer."""
@@ -25,7 +26,7 @@ def api_request(
 
     headers = {"Accept": "application/json"}
     if body is not None:
-        headers["Content-Type"] = "application/json"
+        headers["Content-Type"] = content_type
     params = [(k, v) for k, v in (query or {}).items() if v is not None]
     _method, url, header_params, serialized, post_params = api_client.param_serialize(
         method=method,

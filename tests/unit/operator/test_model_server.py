@@ -61,6 +61,7 @@ def test_only_the_namespaces_directory_of_an_adapter_claim_and_only_the_models_d
     assert args(s)["--model"] == "/mnt/pvc/fsx-claim/models/qwen3-vl-8b"
     assert args(s)["--served-model-name"] == "qwen3-vl-8b"
     assert pod["automountServiceAccountToken"] is False
+    assert pod["readinessGates"] == [{"conditionType": "mmrl.dev/adapters-loaded"}]
 
 
 def test_children_are_owned_by_the_server_and_selected_by_its_label() -> None:

@@ -265,3 +265,27 @@ def cand_of(entry: ServedAdapter) -> Candidate:
         created="2026-10-01T08:00:00Z",
         alias=entry.alias,
     )
+
+
+def test_a_replica_is_ready_only_once_it_holds_every_name_the_server_already_serves() -> None:
+    from mmrl_api.model_server import ModelServerStatus
+    from mmrl_operator.core.shared_serving import announced_names, gate_condition, vllm_up
+
+    status = ModelServerStatus.model_validate(
+        {
+            "adapters": [
+                {"name": "a", "job": "a", "path": "/a", "loadedOn": ["r1"]},
+                {"name": "new", "job": "n", "path": "/n", "loadedOn": []},  # never loaded anywhere yet
+            ],
+            "aliases": [{"name": "prod", "job": "a", "adapter": "a", "path": "/a", "loadedOn": ["r1"]}],
+        }
+    )
+    announced = announced_names(status)
+    assert announced == {"a", "prod"}
+    assert gate_condition(None, announced, NOW)["status"] == "False"
+    loading = gate_condition({"a"}, announced, NOW)
+    assert (loading["status"], loading["reason"], loading["message"]) == ("False", "AdaptersLoading", "loading prod")
+    assert gate_condition({"a", "prod"}, announced, NOW)["status"] == "True"  # "new" failing does not hold it back
+    assert gate_condition(set(), announced_names(None), NOW)["status"] == "True"  # nothing served yet
+    up = {"status": {"containerStatuses": [{"name": "vllm", "ready": True}]}}
+    assert vllm_up(up) and not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": False}]}})

@@ -23,6 +23,7 @@ from mmrl_operator.core.builders.raycluster import hyperpod_affinity
 from mmrl_operator.core.names import object_uid
 
 COMPONENT = "model-server"
+ADAPTERS_LOADED = "mmrl.dev/adapters-loaded"  # the replicas' readiness gate
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
 
@@ -184,6 +185,9 @@ def _pod_spec(server: ModelServer) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "containers": [container],
         "volumes": volumes,
+        # Ready (in the Service) only once the operator has loaded every adapter the server serves into it: a new or
+        # restarted replica answers no request for an adapter it does not hold yet.
+        "readinessGates": [{"conditionType": ADAPTERS_LOADED}],
     }
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
