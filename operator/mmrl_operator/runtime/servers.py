@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mmrl_api import constants as c
-from mmrl_api import parse_job
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders.inference import served_base_name
@@ -39,6 +38,7 @@ from mmrl_operator.runtime.caches import DEPLOYMENTS, PODS, SERVICES, slim_deplo
 from mmrl_operator.runtime.informer import Informer, Kind, Obj
 from mmrl_operator.runtime.jobstore import JobStore
 from mmrl_operator.runtime.kube import ApplyRejected, JobGone, Kube, StatusConflict
+from mmrl_operator.runtime.reconcile import parse_read_back
 from mmrl_operator.runtime.workqueue import Key, WorkQueue
 
 log = logging.getLogger("mmrl.servers")
@@ -264,9 +264,9 @@ def _verdict(raw: dict[str, Any], server: ModelServer) -> Candidate | Refusal | 
     if raw["metadata"].get("deletionTimestamp"):
         return None
     try:
-        job = parse_job(raw)
+        job, _ = parse_read_back(raw)  # a malformed status field is left out, as the job's own pass reads it
     except ValueError:
-        return None  # the job's own pass reports it
+        return None  # an invalid spec: the job's own pass reports it
     return candidate(job, job.status or JobStatus(), server)
 
 
