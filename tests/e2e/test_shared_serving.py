@@ -218,23 +218,24 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     assert cluster.job("alpha")["inference"]["alias"] == ALIAS
 
     # beta is promoted while a client keeps asking the alias: the alias moves to beta, then a rollback pins it back
-    # on alpha; the client sees no error, and both adapters' answers.
+    # on alpha; the client sees no error, and both adapters' answers. (Nothing else asks meanwhile: answers batched
+    # with other requests may differ in the last digits, and so in a greedy token.)
     with Asker(api_client, namespace, ALIAS) as asker:
         wait_until(lambda: asker.answers, 60, what="the client's first answer")
         promoted = time.monotonic()
         report(cluster, host, tiny, "beta", seed=2, reward=0.7)
         wait_until(lambda: alias_target(cluster) == ("beta", False), 120, what=f"{ALIAS} on beta")
         promotion_seconds = time.monotonic() - promoted
-        beta = ask(api_client, namespace, "beta", QUESTION)[0]
-        wait_until(lambda: asker.answers[-1] == beta, 60, what="the alias answering as beta")
+        wait_until(lambda: asker.answers[-1] != alpha, 60, what="the alias answering as another adapter")
         spec = cluster.get(c.SERVER_PLURAL, SERVER)["spec"]
         pins = {"spec": {"aliasPins": pins_after(spec, ALIAS, previous_target(cluster.server(), ALIAS))}}
         cluster.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, SERVER, pins)
         wait_until(lambda: alias_target(cluster) == ("alpha", True), 60, what=f"{ALIAS} pinned back on alpha")
         wait_until(lambda: asker.answers[-1] == alpha, 60, what="the alias answering as alpha again")
+    beta = ask(api_client, namespace, "beta", QUESTION)[0]
     assert not asker.errors, asker.errors[:3]
     assert len({alpha, beta, base}) == 3, (alpha, beta, base)
-    assert set(asker.answers) == {alpha, beta}
+    assert set(asker.answers) == {alpha, beta}, sorted(set(asker.answers))
     status = cluster.server()
     assert {a["name"] for a in status["adapters"]} == {"alpha-lora", "beta-lora"}  # alpha never left
     history = next(a for a in status["aliases"] if a["name"] == ALIAS)["history"]

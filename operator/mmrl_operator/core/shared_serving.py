@@ -358,3 +358,14 @@ def gate_condition(holds: set[str] | None, announced: set[str], now: str) -> dic
         "message": message,
         "lastTransitionTime": now,
     }
+
+
+PROGRESSING = ("AdapterLoading", "AdapterServed")  # the job's InferenceReady reasons that need no one's action
+
+
+def server_refusal(server: str | None, ready: tuple[bool | None, str, str] | None) -> tuple[str, str] | None:
+    """(reason, message) when the job's ModelServer refuses (or lacks) its adapter: the job is Stalled, since it
+    cannot be served until someone changes the job or the server (kstatus; Argo CD shows it Degraded)."""
+    if not server or ready is None or ready[0] is True or ready[1] in PROGRESSING:
+        return None
+    return ready[1], ready[2]

@@ -10,6 +10,7 @@ from mmrl_api.status import MAX_ATTEMPT_HISTORY, CheckpointFootprint, MemoryPlan
 from mmrl_operator.core.conditions import Facts, compute_conditions
 from mmrl_operator.core.decision import Decision, Plan, ts
 from mmrl_operator.core.observed import queued_by_kueue, rayjob_outcome
+from mmrl_operator.core.shared_serving import server_refusal
 
 APPLY_RETRY_SECONDS = 30  # a refused apply (webhook, quota, policy) is retried on this period and on every change
 
@@ -78,7 +79,10 @@ def preflight_condition(d: Decision) -> tuple[bool | None, str, str] | None:
 
 def finish(d: Decision) -> Plan:
     stalled = blocked_write(d)
-    if stalled is not None:
+    if stalled is None:
+        # A ModelServer that refuses the job's adapter: it cannot serve until someone changes the job or the server.
+        stalled = server_refusal(d.spec.inference.server, d.inference_ready)
+    else:
         reason, message = stalled
         d.message = message if reason == "NameConflict" else f"the apiserver refused a child object: {message}"
         before = next((x for x in d.status.conditions if x.type == "Stalled"), None)

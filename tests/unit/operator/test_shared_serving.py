@@ -289,3 +289,13 @@ def test_a_replica_is_ready_only_once_it_holds_every_name_the_server_already_ser
     assert gate_condition(set(), announced_names(None), NOW)["status"] == "True"  # nothing served yet
     up = {"status": {"containerStatuses": [{"name": "vllm", "ready": True}]}}
     assert vllm_up(up) and not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": False}]}})
+
+
+def test_a_refused_job_is_stalled_and_one_being_loaded_is_not() -> None:
+    from mmrl_operator.core.shared_serving import server_refusal
+
+    assert server_refusal("s", (False, "RankTooLarge", "m")) == ("RankTooLarge", "m")
+    assert server_refusal("s", (False, "ServerNotFound", "m")) == ("ServerNotFound", "m")
+    assert server_refusal("s", (False, "AdapterLoading", "m")) is None
+    assert server_refusal("s", (True, "AdapterServed", "m")) is None
+    assert server_refusal(None, (False, "Deploying", "m")) is None  # a dedicated server's reasons are its own
