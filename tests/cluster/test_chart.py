@@ -19,7 +19,7 @@ from mmrl_local import build, crds
 from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.operator_release import RESTRICTED
 from mmrl_operator.codegen import chart
-from mmrl_operator.codegen.crd import build_crd
+from mmrl_operator.codegen.crd import KINDS, build_crd
 from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
 from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
 from mmrl_operator.runtime import permissions as rbac
@@ -98,12 +98,17 @@ def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: 
     assert not of_kind(objects, "ServiceMonitor")
 
 
-def test_crd_is_installed_and_kept_by_default_and_both_can_be_switched_off(helm: Helm) -> None:
-    (crd,) = of_kind(helm.template("mmrl", "mmrl-system"), "CustomResourceDefinition")
-    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
-    assert crd["spec"] == build_crd()["spec"]  # the very CRD crds/ holds, from the same models
-    (unkept,) = of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"keep": False}}), "CustomResourceDefinition")
-    assert "annotations" not in unkept["metadata"]
+def test_crds_are_installed_and_kept_by_default_and_both_can_be_switched_off(helm: Helm) -> None:
+    found = {
+        o["metadata"]["name"]: o for o in of_kind(helm.template("mmrl", "mmrl-system"), "CustomResourceDefinition")
+    }
+    assert set(found) == {c.CRD_NAME, c.SERVER_CRD_NAME}
+    for kind in KINDS:
+        crd = found[kind.crd_name]
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["spec"] == build_crd(kind)["spec"]  # the very CRD crds/ holds, from the same models
+    unkept = of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"keep": False}}), "CustomResourceDefinition")
+    assert len(unkept) == 2 and not any("annotations" in u["metadata"] for u in unkept)
     assert not of_kind(helm.template("mmrl", "mmrl-system", {"crds": {"enabled": False}}), "CustomResourceDefinition")
 
 
@@ -163,25 +168,30 @@ def _remove_cluster_objects(api: client.ApiClient) -> None:
     """Start from a cluster without mmrl's CRD and policy, as a first install does."""
     ext = client.ApiextensionsV1Api(api)
     admission = client.AdmissionregistrationV1Api(api)
-    with contextlib.suppress(client.exceptions.ApiException):
-        ext.delete_custom_resource_definition(c.CRD_NAME)
+    for name in (c.CRD_NAME, c.SERVER_CRD_NAME):
+        with contextlib.suppress(client.exceptions.ApiException):
+            ext.delete_custom_resource_definition(name)
     for delete in (admission.delete_validating_admission_policy, admission.delete_validating_admission_policy_binding):
         with contextlib.suppress(client.exceptions.ApiException):
             delete(POLICY_NAME)
 
     def gone() -> bool:
-        try:
-            ext.read_custom_resource_definition(c.CRD_NAME)
-        except client.exceptions.ApiException as exc:
-            return exc.status == 404
-        return False
+        for name in (c.CRD_NAME, c.SERVER_CRD_NAME):
+            try:
+                ext.read_custom_resource_definition(name)
+            except client.exceptions.ApiException as exc:
+                if exc.status != 404:
+                    return False
+                continue
+            return False
+        return True
 
     wait_until(gone, 60, what="the old CRD to be deleted")
 
 
-def _crd(api: client.ApiClient) -> dict[str, Any]:
+def _crd(api: client.ApiClient, name: str = c.CRD_NAME) -> dict[str, Any]:
     ext = client.ApiextensionsV1Api(api)
-    return api.sanitize_for_serialization(ext.read_custom_resource_definition(c.CRD_NAME))
+    return api.sanitize_for_serialization(ext.read_custom_resource_definition(name))
 
 
 def _next_chart_version(tmp: Path) -> Path:
@@ -209,8 +219,9 @@ def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
     _remove_cluster_objects(api_client)
     try:
         cluster_helm.run("install", release, CHART, "-n", namespace)
-        crds.wait_established(api_client, [c.CRD_NAME])
+        crds.wait_established(api_client, [c.CRD_NAME, c.SERVER_CRD_NAME])
         assert _crd(api_client)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert _crd(api_client, c.SERVER_CRD_NAME)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
 
         def available() -> bool:
@@ -232,6 +243,7 @@ def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
 
         cluster_helm.run("uninstall", release, "-n", namespace, "--wait")
         assert _crd(api_client)["metadata"]["name"] == c.CRD_NAME  # kept: uninstalling must not delete every job
+        assert _crd(api_client, c.SERVER_CRD_NAME)["metadata"]["name"] == c.SERVER_CRD_NAME  # nor every server
         with pytest.raises(client.exceptions.ApiException):
             client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
         assert not apps.list_namespaced_deployment(namespace).items
