@@ -14,6 +14,8 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_api.model_server import DEFAULT_VLLM_IMAGE
+from mmrl_local import storage
 from tests.support.operator import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +77,13 @@ def servers(api_client, namespace, mmrl_crd) -> Servers:
     return Servers(api_client, namespace)
 
 
+def wait_phase(servers: Servers, phase: str, timeout: float) -> None:
+    try:
+        wait_until(lambda: servers.status().get("phase") == phase, timeout, what=f"phase {phase}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the server's status: {servers.status()}") from None
+
+
 def args_of(dep: client.V1Deployment) -> dict[str, str]:
     a = dep.spec.template.spec.containers[0].args
     return {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--") and not a[i + 1].startswith("--")}
@@ -106,7 +115,7 @@ def test_the_model_is_immutable(servers) -> None:
 
 
 def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
-    servers, operator, hyperpod_nodes, core, api_client
+    servers, operator, hyperpod_nodes, core, api_client, tmp_path
 ) -> None:
     hyperpod_nodes.cpu()
     created = servers.create(server_doc())
@@ -119,8 +128,13 @@ def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
     svc = core.read_namespaced_service(CHILD, servers.ns)
     assert svc.spec.selector == dep.spec.selector.match_labels
 
-    # kwok runs the replica: the Deployment is Available, and the server says so.
-    wait_until(lambda: servers.status().get("phase") == "Ready", 60, what="phase Ready")
+    # Its adapter claim does not exist yet: the scheduler cannot place the replica, and the server says why.
+    wait_phase(servers, "Degraded", 60)
+    stalled = servers.condition("Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "Unschedulable" and "fsx-claim" in stalled["message"]
+    # With the claim, kwok runs the replica: the Deployment is Available, and the server says so.
+    storage.create_hostpath_claim(core, servers.ns, "fsx-claim", tmp_path / "fsx")
+    wait_phase(servers, "Ready", 90)
     status = servers.status()
     assert status["observedGeneration"] == servers.get()["metadata"]["generation"] and status["readyReplicas"] == 1
     assert status["url"] == f"http://{CHILD}.{servers.ns}.svc:8000/v1"
@@ -143,7 +157,7 @@ def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
     # An edit by hand of what the operator set is written back (the Deployment's watch wakes the server).
     hand_edit = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "image": "elsewhere:1"}]}}}}
     servers.apps.patch_namespaced_deployment(CHILD, servers.ns, hand_edit)
-    image = server_doc()["spec"]["image"]
+    image = DEFAULT_VLLM_IMAGE
     wait_until(lambda: servers.deployment().spec.template.spec.containers[0].image == image, 30, what="image set back")
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(

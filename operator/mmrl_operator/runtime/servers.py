@@ -19,9 +19,13 @@ from typing import Any
 from mmrl_api import constants as c
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
 from mmrl_api.status import JobStatus
+from mmrl_operator.core.builders import model_server as build
 from mmrl_operator.core.builders.inference import served_base_name
 from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
-from mmrl_operator.core.model_server import ServerPlan, decide_server, status_changed
+from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_server, status_changed
+from mmrl_operator.core.names import object_uid
+from mmrl_operator.core.observed import pod_problem
+from mmrl_operator.core.ownership import controlled_by, controller_of
 from mmrl_operator.core.shared_serving import (
     Candidate,
     Refusal,
@@ -243,6 +247,44 @@ class ServerController:
             if not p["metadata"].get("deletionTimestamp")
         ]
         return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+
+    def _wrote(self, stored: dict[str, Any]) -> None:
+        meta = stored["metadata"]
+        if "generation" in meta:
+            self._written[(stored["kind"], meta["namespace"], meta["name"])] = meta["generation"]
+        self.children[stored["kind"]].wrote(stored)
+
+    def _edited(self, kind: str, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        written = self._written.get((kind, meta.get("namespace") or "", meta["name"]))
+        return written is not None and meta.get("generation") != written
+
+    def observe(self, server: ModelServer) -> ServerObserved:
+        key, name, uid = (server.namespace, server.name), build.server_child_name(server.name), object_uid(server)
+        found: dict[str, dict[str, Any] | None] = {}
+        foreign = []
+        for kind in ("Deployment", "Service"):
+            obj = self.children[kind].get(server.namespace, name)
+            if obj is None or not controlled_by(obj, uid):
+                # Not in the cache as ours: read it by name before it is written (a stranger's is never taken).
+                obj = self.kube.get(CHILD_KINDS[kind][2], kind, server.namespace, name)
+                if obj is not None and not controlled_by(obj, uid):
+                    ref = controller_of(obj)
+                    owner = f" (controlled by {ref.get('kind')} {ref.get('name')})" if ref else ""
+                    foreign.append(f"{kind} {name}{owner}")
+                    obj = None
+                elif obj is not None:
+                    obj = self.children[kind].wrote(obj)
+            found[kind] = obj
+        pods = [p for p in self.children["Pod"].indexed(key) if not p["metadata"].get("deletionTimestamp")]
+        deployment = found["Deployment"]
+        return ServerObserved(
+            deployment=deployment,
+            service=found["Service"],
+            deployment_edited=deployment is not None and self._edited("Deployment", deployment),
+            pod_problem=next((pr for p in pods if (pr := pod_problem(p))), None),
+            foreign=tuple(foreign),
+        )
 
     def verdicts(self, server: ModelServer, held: list[ServedAdapter]) -> dict[str, Candidate | Refusal | None]:
         """`candidate` of every job that names the server, from the job store; a held job the store does not have
