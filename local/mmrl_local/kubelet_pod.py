@@ -159,6 +159,7 @@ class PodWorker:
         self._deleting: float | None = None  # monotonic deadline of a graceful delete
         self._thread = threading.Thread(target=self._run, name=f"kubelet-{self.ns}/{self.name}", daemon=True)
         self._last_status: dict[str, Any] = {}
+        self._gated: bool | None = None  # the readiness gates' verdict the last status was written with
 
     # -- control from the kubelet loop ------------------------------------------------------------------------
 
@@ -367,6 +368,8 @@ class PodWorker:
                     before = c.readiness.verdict
                     ok = c.readiness.check(self.ip, c.pid_one(), c.view.env, c.ports)
                     changed |= c.readiness.record(ok, time.monotonic()) != before
+            if (gated := self._gates_open()) != self._gated:  # a controller flipped a readiness gate
+                self._gated, changed = gated, True
             if all(c.done for c in self.containers):
                 failed = [c for c in self.containers if (c.terminated or {}).get("exitCode") != 0]
                 self.phase = "Failed" if failed else "Succeeded"
@@ -406,15 +409,11 @@ class PodWorker:
         ready = self.phase == "Running" and all(c.ready() for c in self.containers)
         finished = self.phase in ("Succeeded", "Failed")
         old = {c["type"]: c for c in (self.pod.get("status") or {}).get("conditions") or []}
-        # As the kubelet does: Ready also waits for every readiness gate's condition, which someone else (a
-        # controller) sets in the pod's status; the loop's `update` brings the pod as the API has it.
-        gates = [g.get("conditionType") for g in (self.pod.get("spec") or {}).get("readinessGates") or []]
-        gated = all((old.get(t) or {}).get("status") == "True" for t in gates)
         values = {
             "PodScheduled": True,
             "Initialized": self.initialized or finished,
             "ContainersReady": ready,
-            "Ready": ready and gated,
+            "Ready": ready and self._gates_open(),
         }
         out = []
         for kind, value in values.items():
@@ -426,6 +425,13 @@ class PodWorker:
                 entry["reason"] = "PodCompleted"
             out.append(entry)
         return out
+
+    def _gates_open(self) -> bool:
+        """As the kubelet does: Ready also waits for every readiness gate's condition, which someone else (a
+        controller) sets in the pod's status; the loop's `update` brings the pod as the API has it."""
+        old = {c["type"]: c for c in (self.pod.get("status") or {}).get("conditions") or []}
+        gates = [g.get("conditionType") for g in (self.pod.get("spec") or {}).get("readinessGates") or []]
+        return all((old.get(t) or {}).get("status") == "True" for t in gates)
 
     def _write_status(self) -> None:
         status = {

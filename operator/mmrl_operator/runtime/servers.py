@@ -85,7 +85,8 @@ class ServerController:
         jobs: JobStore | None = None,
         wake_job: Callable[[Key], None] = lambda key: None,
     ) -> None:
-        self.kube, self.jobs, self.wake_job = kube, jobs or JobStore(), wake_job
+        # Not `jobs or JobStore()`: an empty store is falsy, and the runtime hands over its own before it fills.
+        self.kube, self.jobs, self.wake_job = kube, jobs if jobs is not None else JobStore(), wake_job
         self.queue = WorkQueue(self.reconcile_key, workers=workers, active=active)
         self.servers = Informer(kube.api_client, SERVERS, namespaces, keep=slim_server, on_change=self._changed)
         self.children = {
