@@ -225,6 +225,9 @@ class KindSpec:
     printer_columns: list[dict[str, Any]]
     description: str
     spec_description: str
+    # `kubectl get <category>` lists every kind in it. "mmrl" is also the job's short name, so only the job is in
+    # that category: `kubectl get mmrl` keeps printing jobs with their columns.
+    categories: tuple[str, ...] = ("ml",)
 
     @property
     def crd_name(self) -> str:
@@ -243,6 +246,7 @@ JOB = KindSpec(
     "MultimodalRLJob post-trains a vision-language model with GRPO + LoRA on a Ray cluster (KubeRay) and serves "
     "the result with vLLM.",
     "Desired state: a GRPO + LoRA post-training run of a vision-language model.",
+    ("mmrl", "ml"),
 )
 SERVER = KindSpec(
     c.SERVER_KIND,
@@ -298,7 +302,7 @@ def build_crd(kind: KindSpec = JOB) -> dict[str, Any]:
                 "plural": kind.plural,
                 "singular": kind.singular,
                 "shortNames": list(kind.short_names),
-                "categories": ["mmrl", "ml"],
+                "categories": list(kind.categories),
             },
             "versions": [
                 {
