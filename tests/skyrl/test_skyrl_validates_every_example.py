@@ -13,7 +13,7 @@ import pytest
 from mmrl_api import MultimodalRLJob
 from mmrl_operator.core.builders.trainer_config import build_trainer_config
 from mmrl_trainer.backends.skyrl_config import skyrl_overrides
-from tests.support.corpus import EXAMPLES, bad_manifest, example, good_cases
+from tests.support.corpus import bad_manifest, example, good_cases, job_examples
 from tests.support.skyrl import last_json, run_skyrl
 
 _VALIDATE_ALL = r"""
@@ -36,7 +36,7 @@ print(json.dumps(out))
 
 
 def skyrl_jobs() -> dict[str, dict[str, Any]]:
-    manifests = {f"examples/{p.name}": example(p.name) for p in sorted(EXAMPLES.glob("*.yaml"))}
+    manifests = {f"examples/{name}": example(name) for name in job_examples()}
     manifests |= {f"good_specs/{c.case}": bad_manifest(c) for c in good_cases()}
     configs = {case: build_trainer_config(MultimodalRLJob.model_validate(m)) for case, m in manifests.items()}
     return {

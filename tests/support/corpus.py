@@ -28,6 +28,11 @@ def example(name: str = "job.yaml") -> dict[str, Any]:
     return yaml.safe_load((EXAMPLES / name).read_text())
 
 
+def job_examples() -> list[str]:
+    """The examples that are MultimodalRLJobs (examples/ also holds a ModelServer), by file name."""
+    return [p.name for p in sorted(EXAMPLES.glob("*.yaml")) if example(p.name).get("kind") == "MultimodalRLJob"]
+
+
 def bad_cases() -> list[BadCase]:
     raw = yaml.safe_load((ROOT / "tests" / "bad_specs.yaml").read_text())
     return [BadCase(**c) for c in raw]
