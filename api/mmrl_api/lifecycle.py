@@ -126,6 +126,9 @@ class PromotionGate(ApiModel):
         return self
 
 
+# A vLLM server's GPUs: a job's own (InferenceSpec) and a shared one's (ModelServerSpec) alike.
+GPUS_RULE = "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize"
+GPUS_CEL = "!has(self.gpus) || self.gpus == 0 || self.gpus >= self.tensorParallelSize"
 ALIAS_NEEDS = "alias needs server and promoteWhen: an alias moves only to an adapter that passed its gate"
 ALIAS_NEEDS_CEL = "!has(self.alias) || (has(self.server) && has(self.promoteWhen))"
 
@@ -135,11 +138,7 @@ class InferenceSpec(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
-            cel(
-                "!has(self.gpus) || self.gpus == 0 || self.gpus >= self.tensorParallelSize",
-                "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize",
-                ".gpus",
-            ),
+            cel(GPUS_CEL, GPUS_RULE, ".gpus"),
             cel(ALIAS_NEEDS_CEL, ALIAS_NEEDS, ".alias"),
         )
     }

@@ -25,7 +25,7 @@ from mmrl_api.constants import API_VERSION, MAX_SERVER_NAME_LENGTH, SERVER_KIND,
 from mmrl_api.job import NAME_RE
 from mmrl_api.kube_syntax import ObjectName, label_map
 from mmrl_api.kueue import field_errors
-from mmrl_api.lifecycle import InferenceResources
+from mmrl_api.lifecycle import GPUS_CEL, GPUS_RULE, InferenceResources
 from mmrl_api.locations import MOUNT_PATH, SUB_PATH
 from mmrl_api.manifest import FieldError, validate_document
 from mmrl_api.rules import text
@@ -67,11 +67,7 @@ class ModelServerSpec(ApiModel):
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": cel_rules(
-            cel(
-                "!has(self.gpus) || self.gpus == 0 || self.gpus >= self.tensorParallelSize",
-                "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize",
-                ".gpus",
-            ),
+            cel(GPUS_CEL, GPUS_RULE, ".gpus"),
             cel("self.maxAdapters >= self.maxLoras", "maxAdapters must be at least maxLoras", ".maxAdapters"),
             cel(
                 "!has(self.adapterVolumes) || self.adapterVolumes.all(v, "
@@ -153,7 +149,7 @@ class ModelServerSpec(ApiModel):
         """The Python side of the CEL rules above, each named by the field its rule's fieldPath names."""
         found: list[tuple[tuple[str, ...], str, Any]] = []
         if self.gpus and self.gpus < self.tensor_parallel_size:
-            found.append((("gpus",), "gpus must be 0 (a CPU build of vLLM) or at least tensorParallelSize", self.gpus))
+            found.append((("gpus",), GPUS_RULE, self.gpus))
         if self.max_adapters < self.max_loras:
             found.append((("maxAdapters",), "maxAdapters must be at least maxLoras", self.max_adapters))
         for field, message in (("claim_name", ONE_CLAIM_ONCE), ("mount_path", ONE_PATH_ONCE)):

@@ -292,6 +292,8 @@ class ServerController:
         (a restart, before kopf's watch delivered it) is read fresh, and only a 404 lets its adapter go."""
         out: dict[str, Candidate | Refusal | None] = {}
         for raw in self.jobs.in_namespace(server.namespace):
+            if ((raw.get("spec") or {}).get("inference") or {}).get("server") != server.name:
+                continue  # parsing every job of the namespace on every pass is what this check spares
             verdict = _verdict(raw, server)
             if verdict is not None:
                 out[raw["metadata"]["name"]] = verdict
