@@ -32,6 +32,7 @@ from mmrl_local import vllm_cpu
 from mmrl_operator.core.builders.inference import Adapter, build_deployment
 from mmrl_operator.core.builders.model_server import build_server_deployment
 from mmrl_trainer.tiny import build_tiny_vlm
+from tests.support.lora import export_random_adapter
 
 START_TIMEOUT = 900.0
 QUESTION = "What colour is this?"
@@ -122,24 +123,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def make_adapters(model: Path, out: Path, n: int) -> list[Path]:
     """N PEFT exports of the tiny model with non-zero B matrices, as the trainer exports them."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForImageTextToText
-
-    from mmrl_trainer.adapter import export_adapter
-
-    paths = []
-    for i in range(n):
-        torch.manual_seed(i + 1)
-        base = AutoModelForImageTextToText.from_pretrained(model)
-        cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], exclude_modules=r".*visual.*")
-        peft_model = get_peft_model(base, cfg)
-        with torch.no_grad():
-            for name, param in peft_model.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(0.0, 0.5)
-        paths.append(export_adapter(peft_model, out / f"adapter-{i}", base_model=str(model)).path)
-    return paths
+    return [export_random_adapter(model, out / f"adapter-{i}", i + 1, str(model)).path for i in range(n)]
 
 
 def shared(model: Path, adapters: list[Path], work: Path) -> dict[str, Any]:

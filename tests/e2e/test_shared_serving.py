@@ -29,8 +29,8 @@ from mmrl_operator.cli.chat import ask, ask_server
 from mmrl_operator.cli.rollback import pins_after, previous_target
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.runtime.service_proxy import proxy_json
-from mmrl_trainer.adapter import export_adapter
 from mmrl_trainer.tiny import build_tiny_vlm
+from tests.support.lora import export_random_adapter
 from tests.support.operator import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
@@ -84,21 +84,8 @@ def server_doc() -> dict[str, Any]:
 
 
 def export(model: Path, out: Path, seed: int, base_model: str) -> dict[str, Any]:
-    """A LoRA adapter of the tiny model whose B matrices are not zero (so it changes answers), exported and
-    described by the trainer's own code: what the trainer would report as status.adapter."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForImageTextToText
-
-    torch.manual_seed(seed)
-    base = AutoModelForImageTextToText.from_pretrained(model)
-    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], exclude_modules=r".*visual.*")
-    peft_model = get_peft_model(base, cfg)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.5)
-    return export_adapter(peft_model, out, base_model=base_model).status()
+    """An adapter that changes the tiny model's answers, as the trainer would report it (status.adapter)."""
+    return export_random_adapter(model, out, seed, base_model).status()  # type: ignore[no-any-return]
 
 
 class Cluster:
