@@ -113,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("status", help="show a job's phase, conditions, attempts, progress and events")
     s.add_argument("name")
     s.add_argument("-n", "--namespace", default=None)
+    s.add_argument(
+        "--server", action="store_true", help="NAME is a ModelServer: its adapters, aliases (with history), refusals"
+    )
     lg = sub.add_parser("logs", help="print a job's trainer log, every attempt's (from the job's volume)")
     lg.add_argument("name")
     lg.add_argument("--attempt", type=int, default=None, help="only this attempt, as the trainer wrote it")
@@ -157,6 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mmrl_operator.cli.render import render_file
 
         return render_file(args.file, args.namespace)
+    if args.command == "status" and args.server:
+        from mmrl_operator.cli.server_status import show_server_status
+
+        return show_server_status(args.name, args.namespace)
     if args.command == "status":
         from mmrl_operator.cli.status import show_status
 

@@ -108,11 +108,15 @@ def show_status(name: str, namespace: str | None, out: TextIO = sys.stdout) -> i
     except client.exceptions.ApiException as exc:
         print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
         return 1
-    events = client.CoreV1Api(api).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={c.KIND}"
-    )
-    items = sorted(
-        (api.sanitize_for_serialization(e) for e in events.items), key=lambda e: e.get("lastTimestamp") or ""
-    )
-    print(render_status(job, items), file=out)
+    print(render_status(job, recent_events(api, namespace, name, c.KIND)), file=out)
     return 0
+
+
+def recent_events(api, namespace: str, name: str, kind: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """The Events about one object, oldest first."""
+    from kubernetes import client
+
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}"
+    )
+    return sorted((api.sanitize_for_serialization(e) for e in events.items), key=lambda e: e.get("lastTimestamp") or "")
