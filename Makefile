@@ -163,8 +163,8 @@ up: setup bins ## start a local control plane + fake HyperPod nodes + KubeRay st
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
-demo: setup bins kuberay mlflow-venv images ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job
-	$(VPY) -m mmrl_local.leftovers -- $(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze)
+demo: setup bins kuberay mlflow-venv images ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job; SHARED=1: then two jobs on one shared vLLM, an alias moved and rolled back
+	$(VPY) -m mmrl_local.leftovers -- $(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze) $(if $(SHARED),--shared)
 
 # Sizes of `make bench` (not part of `make test`): about 1.5 hours on 2 shared cores, 40 min of it the 1,000-job
 # latency rounds (+4.5 min once to compile KubeRay); smaller: `make bench BENCH_JOBS=50 BENCH_JOBS_LARGE=200

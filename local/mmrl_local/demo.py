@@ -605,8 +605,8 @@ class Demo:
             if before_fault is not None:
                 before_fault()
             self.replace_trainer_node()
-        if self.wait_done(timeout) == "Serving":
-            self.serve(timeout)
+        if self.wait_done(timeout) == "Serving" and not self.doc["spec"]["inference"].get("server"):
+            self.serve(timeout)  # a Deployment of the job's own (a shared server's jobs: demo_shared.py)
         return self.summary()
 
 
@@ -619,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fault", action="store_true", help="skip the node replacement")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up until Ctrl-C")
     parser.add_argument("--maze", action="store_true", help="then train a second job on the tiny maze (MAZE_JOB)")
+    parser.add_argument(
+        "--shared", action="store_true", help="then shared serving: two jobs, one ModelServer, an alias (demo_shared)"
+    )
     args = parser.parse_args(argv)
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, also into a pipe
@@ -696,16 +699,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"default/{DEMO_QUEUE} -> ClusterQueue {DEMO_QUEUE} "
                 f"({', '.join(f'{k} {v}' for k, v in DEMO_QUOTA.items())})"
             )
-            demo = Demo(
-                api,
-                binaries["kubectl"],
-                cp.kubeconfig,
-                namespace="default",
-                volume_dir=work / "fsx",
-                out_dir=out,
-                overrides=THROUGH_KUEUE,
-                mlflow=True,
-            )
+
+            def make_demo(overrides: dict[str, Any], job_out: Path, **settings: Any) -> Demo:
+                """A job of the demo, on this cluster, through the demo's LocalQueue."""
+                return Demo(
+                    api,
+                    binaries["kubectl"],
+                    cp.kubeconfig,
+                    namespace="default",
+                    volume_dir=work / "fsx",
+                    out_dir=job_out,
+                    overrides=merge_patch(overrides, THROUGH_KUEUE),
+                    **settings,
+                )
+
+            demo = make_demo({}, out, mlflow=True)
             demo.timings["control plane up (from the start)"] = control_plane_up
             summary = demo.run(fault=not args.no_fault)
             summary.wall_seconds = time.monotonic() - t0
@@ -713,18 +721,24 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + summary.render())
             (out / "summary.json").write_text(json.dumps(summary.__dict__, default=str, indent=2))
             if args.maze:
-                maze = Demo(
+                maze = make_demo(MAZE_JOB, out / "maze", gate=False)
+                maze_phase = maze.run(fault=False).phase
+                print("\n" + maze_success_line(maze.name, maze_phase, maze.metrics()))
+            shared = None
+            if args.shared:
+                from mmrl_local.demo_shared import SharedDemo
+
+                shared = SharedDemo(
                     api,
                     binaries["kubectl"],
                     cp.kubeconfig,
+                    make_demo,
                     namespace="default",
-                    volume_dir=work / "fsx",
-                    out_dir=out / "maze",
-                    overrides=merge_patch(MAZE_JOB, THROUGH_KUEUE),
-                    gate=False,
-                )
-                maze_phase = maze.run(fault=False).phase
-                print("\n" + maze_success_line(maze.name, maze_phase, maze.metrics()))
+                    out_dir=out / "shared",
+                    say=say_now,
+                ).run()
+                print("\n" + shared.render())
+                (out / "shared-summary.json").write_text(json.dumps(shared.__dict__, default=str, indent=2))
             if args.keep:
                 print(f"\nexport KUBECONFIG={cp.kubeconfig}; Ctrl-C to stop")
                 try:
@@ -733,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                 except KeyboardInterrupt:
                     pass
     ok = summary.phase in ("Succeeded", "Serving") and (not args.maze or maze_phase == "Succeeded")
+    ok = ok and (shared is None or shared.ok)
     return 0 if ok else 1
 
 

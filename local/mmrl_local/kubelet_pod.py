@@ -54,6 +54,19 @@ def finish_delete(core: client.CoreV1Api, namespace: str, name: str, uid: str) -
             log.warning("pod %s/%s: cannot remove the pod object: %s %s", namespace, name, err.status, err.reason)
 
 
+# What a kubelet keeps of a failed container's log as its termination message (FallbackToLogsOnError): the last
+# 80 lines or 2,048 bytes, whichever is less.
+TERMINATION_LOG_LINES, TERMINATION_LOG_BYTES = 80, 2048
+
+
+def log_tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-TERMINATION_LOG_BYTES:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-TERMINATION_LOG_LINES:])
+
+
 @dataclass
 class Container:
     spec: dict[str, Any]
@@ -323,6 +336,8 @@ class PodWorker:
             "startedAt": c.started_at,
             "finishedAt": now_iso(),
         }
+        if code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            c.terminated["message"] = log_tail(self.workdir / "logs" / f"{c.name}.log")
         restart = self.policy == "Always" or (self.policy == "OnFailure" and code != 0)
         if restart:
             c.restarts += 1

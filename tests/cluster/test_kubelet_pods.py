@@ -80,3 +80,28 @@ def test_an_image_that_is_a_venv_under_tmp_stays_visible_through_the_pods_privat
         assert not kubelet.errors
     finally:
         shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_a_failed_container_that_asks_for_its_log_as_termination_message_gets_its_last_lines(
+    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path
+):
+    """terminationMessagePolicy FallbackToLogsOnError, as a kubelet applies it: the adapter checks (an init container
+    and a check pod) report their broken rules this way, and the operator quotes them."""
+    script = "import sys\nfor i in range(100): print(f'line {i}', file=sys.stderr)\nsys.exit(3)"
+    with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
+        node = hyperpod_nodes.cpu(kubelet=True)
+        spec = {"nodeName": node, "restartPolicy": "Never"}
+        spec["containers"] = [
+            {"name": name, "image": "mmrl/trainer:test", "command": ["python", "-c", script], **policy}
+            for name, policy in (("asks", {"terminationMessagePolicy": "FallbackToLogsOnError"}), ("plain", {}))
+        ]
+        core.create_namespaced_pod(namespace, {"metadata": {"name": "refuses"}, "spec": spec})
+        pod = wait_until(
+            lambda: (p := core.read_namespaced_pod("refuses", namespace)).status.phase == "Failed" and p,
+            60,
+            what="the pod failed",
+        )
+    ended = {s.name: s.state.terminated for s in pod.status.container_statuses}
+    assert ended["asks"].exit_code == 3 and ended["asks"].message.splitlines() == [f"line {i}" for i in range(20, 100)]
+    assert ended["plain"].exit_code == 3 and not ended["plain"].message
+    assert not kubelet.errors

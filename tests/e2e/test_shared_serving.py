@@ -11,7 +11,6 @@ change the model's answers, on the claim the server mounts."""
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_api import parse_job
 from mmrl_local import storage
+from mmrl_local.demo_shared import KeepAsking
 from mmrl_local.kubelet import Kubelet
-from mmrl_local.nodes import DEDICATED_LABEL, create_dedicated_node, dedicated_taint, delete_node
+from mmrl_local.nodes import DEDICATED_LABEL, create_cpu_node, create_dedicated_node, dedicated_taint, delete_node
 from mmrl_operator.cli.chat import ask, ask_server
 from mmrl_operator.cli.rollback import pins_after, previous_target
 from mmrl_operator.core.names import job_dir
@@ -47,7 +47,8 @@ ALIAS = "colors-prod"
 GATE = {"heldOutRewardAtLeast": 0.1}
 
 
-def job_doc(name: str) -> dict[str, Any]:
+def job_doc(name: str, checker: str) -> dict[str, Any]:
+    """The example job, served from SERVER; `checker`: the kubelet-run node its adapter check pod goes to."""
     doc = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
     doc["metadata"] = {"name": name}
     doc["spec"]["inference"] = {
@@ -55,32 +56,21 @@ def job_doc(name: str) -> dict[str, Any]:
         "servedModelName": f"{name}-lora",
         "alias": ALIAS,
         "promoteWhen": GATE,
+        "nodeSelector": {"kubernetes.io/hostname": checker},
     }
     return doc
 
 
 def server_doc() -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.SERVER_KIND,
-        "metadata": {"name": SERVER},
-        "spec": {
-            "model": {"name": MODEL},
-            "image": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0",
-            "gpus": 0,
-            "replicas": 1,
-            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {}},
-            "maxLoraRank": 8,
-            "maxLoras": 2,
-            "maxAdapters": 4,
-            "maxModelLen": 512,
-            "maxImagesPerPrompt": 1,
-            "adapterVolumes": [{"claimName": CLAIM, "mountPath": MOUNT}],
-            "hyperpod": False,
-            "nodeSelector": {DEDICATED_LABEL: ROLE},
-            "tolerations": [{**dedicated_taint(ROLE), "operator": "Equal"}],
-        },
-    }
+    """examples/local-model-server.yaml, on the node kept for serving."""
+    doc = yaml.safe_load((ROOT / "examples" / "local-model-server.yaml").read_text())
+    doc["metadata"] = {"name": SERVER}
+    doc["spec"].update(
+        hyperpod=False,
+        nodeSelector={DEDICATED_LABEL: ROLE},
+        tolerations=[{**dedicated_taint(ROLE), "operator": "Equal"}],
+    )
+    return doc
 
 
 def export(model: Path, out: Path, seed: int, base_model: str) -> dict[str, Any]:
@@ -127,52 +117,37 @@ class Cluster:
 
 @pytest.fixture
 def serving_node(control_plane, api_client, pod_network, tmp_path):
+    """A node kept for the server, and a HyperPod CPU node for the jobs' adapter check pods, both run by the
+    kubelet; yields the check node's name."""
     core = client.CoreV1Api(api_client)
     with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
         node = create_dedicated_node(core, ROLE)
-        yield kubelet
+        checker = create_cpu_node(core, kubelet=True)
+        yield checker
+        delete_node(core, checker)
         delete_node(core, node)
     assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
 
 
-class Asker:
-    """A client that keeps asking one model on the server, recording every answer and every error."""
-
-    def __init__(self, api: client.ApiClient, ns: str, model: str) -> None:
-        self.api, self.ns, self.model = api, ns, model
-        self.answers: list[str] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.answers.append(ask_server(self.api, self.ns, SERVER, self.model, QUESTION)[0])
-            except Exception as err:  # every failure counts: the test says none may happen
-                self.errors.append(f"{type(err).__name__}: {err}")
-
-    def __enter__(self) -> Asker:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=180)
-
-
-def report(cluster: Cluster, host: Path, tiny: Path, name: str, seed: int, reward: float) -> None:
+def report(
+    cluster: Cluster, host: Path, tiny: Path, name: str, seed: int, reward: float, swap: Path | None = None
+) -> Path:
     """What the trainer does at the end of a job: export the adapter to <jobDir>/adapter and report it, with the
-    held-out evaluation the gate reads."""
+    held-out evaluation the gate reads. `swap`: another adapter whose weights replace this one's after the export
+    and before the report (a tenant's own pod writing to the claim). Returns the adapter's directory here."""
     created = cluster.get(c.PLURAL, name)
     pod_dir = f"{job_dir(parse_job(created))}/adapter"
-    status = export(tiny, host / pod_dir.removeprefix(f"{MOUNT}/"), seed=seed, base_model=f"{MOUNT}/{MODEL_DIR}")
+    here = host / pod_dir.removeprefix(f"{MOUNT}/")
+    status = export(tiny, here, seed=seed, base_model=f"{MOUNT}/{MODEL_DIR}")
+    if swap is not None:
+        shutil.copyfile(swap / "adapter_model.safetensors", here / "adapter_model.safetensors")
     status["path"] = pod_dir
     status["evaluation"] = {"heldOutReward": reward, "baselineReward": 0.0, "step": 30}
     wait_until(lambda: cluster.job(name).get("phase") in ("Succeeded", "Serving"), 120, what=f"{name} trained")
     cluster.custom.patch_namespaced_custom_object_status(
         c.GROUP, c.VERSION, cluster.ns, c.PLURAL, name, {"status": {"adapter": status}}
     )
+    return here
 
 
 def alias_target(cluster: Cluster) -> tuple[str, bool] | None:
@@ -188,15 +163,23 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     tiny = build_tiny_vlm()
     shutil.copytree(tiny, host / MODEL_DIR)
     cluster.create(c.SERVER_PLURAL, server_doc())
-    for name in ("alpha", "beta"):
+    for name in ("alpha", "beta", "gamma"):
         kuberay.script(f"{name}-a*", "succeed-after=1")
-        cluster.create(c.PLURAL, job_doc(name))
+        cluster.create(c.PLURAL, job_doc(name, serving_node))
 
     # alpha finishes first: vLLM starts with the base model only, then the operator loads alpha's adapter and points
     # the alias at it.
     started = time.monotonic()
-    report(cluster, host, tiny, "alpha", seed=1, reward=0.5)
+    alpha_dir = report(cluster, host, tiny, "alpha", seed=1, reward=0.5)
     wait_until(lambda: cluster.ready("alpha").get("status") == "True", VLLM_START, what="alpha served")
+    check = cluster.job("alpha")["inference"]["adapterCheck"]  # its own check pod passed the files first
+    assert check["sha256"] == cluster.job("alpha")["adapter"]["sha256"]
+
+    # gamma's files were changed after its export (alpha's weights in its directory): its check pod refuses them,
+    # the job fails with the rule named, and the server never loads them.
+    report(cluster, host, tiny, "gamma", seed=3, reward=0.9, swap=alpha_dir)
+    wait_until(lambda: cluster.job("gamma").get("phase") == "Failed", 120, what="gamma's check refusing it")
+    assert "sha256" in cluster.ready("gamma")["message"], cluster.ready("gamma")
     wait_until(lambda: alias_target(cluster) == ("alpha", False), 60, what=f"{ALIAS} on alpha")
     first_ready = time.monotonic() - started
     alpha = ask(api_client, namespace, "alpha", QUESTION)[0]  # `mmrl chat alpha`
@@ -207,7 +190,7 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     # beta is promoted while a client keeps asking the alias: the alias moves to beta, then a rollback pins it back
     # on alpha; the client sees no error, and both adapters' answers. (Nothing else asks meanwhile: answers batched
     # with other requests may differ in the last digits, and so in a greedy token.)
-    with Asker(api_client, namespace, ALIAS) as asker:
+    with KeepAsking(api_client, namespace, SERVER, ALIAS, QUESTION) as asker:
         wait_until(lambda: asker.answers, 60, what="the client's first answer")
         promoted = time.monotonic()
         report(cluster, host, tiny, "beta", seed=2, reward=0.7)
@@ -224,7 +207,7 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     assert len({alpha, beta, base}) == 3, (alpha, beta, base)
     assert set(asker.answers) == {alpha, beta}, sorted(set(asker.answers))
     status = cluster.server()
-    assert {a["name"] for a in status["adapters"]} == {"alpha-lora", "beta-lora"}  # alpha never left
+    assert {a["name"] for a in status["adapters"]} == {"alpha-lora", "beta-lora"}  # alpha never left; no gamma
     history = next(a for a in status["aliases"] if a["name"] == ALIAS)["history"]
     assert [(h["job"], h["heldOutReward"]) for h in history] == [("alpha", 0.5), ("beta", 0.7), ("alpha", 0.5)]
     assert all(h.get("until") for h in history[:-1]) and not history[-1].get("until")

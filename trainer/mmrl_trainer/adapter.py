@@ -85,6 +85,14 @@ def check_adapter_dir(
 ) -> AdapterInfo:
     """Apply every rule to the adapter files; raise AdapterError naming all that break."""
     path = Path(adapter_dir)
+    # A link would have a server (a shared one among others) read whatever it points at, as the server.
+    links = [
+        rules.Violation("files", str(p), "is a symbolic link; the adapter's files must be regular files")
+        for p in (path, path / CONFIG, path / WEIGHTS)
+        if p.is_symlink()
+    ]
+    if links:
+        raise AdapterError(str(path), links)
     missing = [
         rules.Violation("files", name, "is missing") for name in (CONFIG, WEIGHTS) if not (path / name).is_file()
     ]

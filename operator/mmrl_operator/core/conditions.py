@@ -77,6 +77,8 @@ def _ready(facts: Facts) -> bool:
 def _inference_ready(facts: Facts) -> tuple[str, bool | None, str, str]:
     if facts.inference is not None:
         return ("InferenceReady", *facts.inference)
+    if facts.phase == "Failed" and facts.reason == "InvalidAdapter":  # trained, but its adapter cannot be served
+        return ("InferenceReady", False, facts.reason, facts.message)
     if facts.phase == "Failed":
         return ("InferenceReady", False, "TrainingFailed", "training did not produce an adapter to serve")
     return ("InferenceReady", False, "TrainingNotFinished", "the adapter is served once training succeeds")

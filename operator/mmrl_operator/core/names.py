@@ -55,6 +55,10 @@ def inference_name(job_name: str) -> str:
     return f"{job_name}-inference"
 
 
+def adapter_check_name(job_name: str) -> str:
+    return f"{job_name}-adapter-check"
+
+
 def job_labels(job_name: str, component: str) -> dict[str, str]:
     return {c.LABEL_JOB: job_name, c.LABEL_COMPONENT: component, c.LABEL_MANAGED_BY: c.MANAGED_BY}
 

@@ -6,6 +6,8 @@ A job's adapter goes into a server only when every one of these holds, checked o
 spec and status (never taken on trust from the job's phase):
 - the job names the server (same namespace: a name is all it can give), training succeeded, the promotion gate
   passed and the adapter passes vLLM's rules, as for a dedicated server;
+- the job's own check pod found the files sound, by the same rules and the sha256 the trainer reported, and the
+  job's status records that check of this path and digest (only the operator writes it);
 - the adapter is where the operator told the trainer to export it (`<jobDir>/adapter`, from the job's own spec and
   UID), on a claim the server mounts at the job's mount path and sub-path: a stranger's adapter has another path;
 - the server can serve it as it was trained: the same base model and revision, a rank within `maxLoraRank`, a
@@ -100,6 +102,9 @@ def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> C
     refusal = fit(job, server, reported.rank, reported.path)
     if refusal is not None:
         return refusal
+    check = status.inference.adapter_check if status.inference else None
+    if check is None or (check.path, check.sha256) != (reported.path, reported.sha256):
+        return None  # its files are not checked yet (the job's pass runs the check pod)
     evaluation = reported.evaluation
     return Candidate(
         name=adapter_name(job),

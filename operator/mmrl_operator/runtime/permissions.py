@@ -85,7 +85,13 @@ PERMISSIONS: tuple[Rule, ...] = (
     # --- children -----------------------------------------------------------------------------------------------
     Rule(c.RAY_GROUP, "rayclusters", ("get", "list", "watch", *APPLY, "delete"), "watched", "the job's Ray cluster"),
     Rule(c.RAY_GROUP, "rayjobs", ("get", "list", "watch", *APPLY, "delete"), "watched", "one RayJob per attempt"),
-    Rule(CORE, "pods", ("list", "watch", "delete"), "watched", "Ray pods: node lookups, moving pods off failing nodes"),
+    Rule(
+        CORE,
+        "pods",
+        ("get", "list", "watch", *APPLY, "delete"),
+        "watched",
+        "Ray pods: node lookups, moving pods off failing nodes; a shared-serving job's adapter check pod",
+    ),
     Rule(CORE, "events", ("create",), "watched", "Events on jobs"),
     Rule(CORE, "configmaps", ("get", *APPLY), "watched", "the trainer's config"),
     Rule(CORE, "serviceaccounts", ("get", *APPLY), "watched", "the trainer's identity"),

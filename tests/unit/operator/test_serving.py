@@ -142,6 +142,11 @@ def test_an_adapter_our_vllm_rules_refuse_fails_the_job_with_the_rule_and_create
     assert [(e.reason, e.type) for e in plan.events] == [("InvalidAdapter", "Warning")]
     stalled = next(x for x in plan.status["conditions"] if x["type"] == "Stalled")
     assert (stalled["status"], stalled["reason"]) == ("True", "InvalidAdapter")
+    # The passes after it (a Failed job is not served again) keep saying why it does not serve.
+    failed = j.model_copy(update={"status": JobStatus.model_validate(plan.status)})
+    later = decide(failed, 1, Observed(), T0)
+    ready = next(x for x in later.status["conditions"] if x["type"] == "InferenceReady")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidAdapter") and f"rule {rule}" in ready["message"]
 
 
 def test_the_init_containers_refusal_fails_the_job_with_its_error_lines() -> None:

@@ -44,7 +44,8 @@ def job(name: str = "geo", created: str = "2026-10-01T08:00:00Z", **inference: A
     return parse_job(doc)
 
 
-def trained(j: MultimodalRLJob, **adapter: Any) -> JobStatus:
+def trained(j: MultimodalRLJob, *, checked: bool = True, **adapter: Any) -> JobStatus:
+    """Trained and reported; `checked`: the job's pass recorded the check of these files (its check pod passed)."""
     report = {
         "path": f"{job_dir(j)}/adapter",
         "rank": 32,
@@ -55,7 +56,11 @@ def trained(j: MultimodalRLJob, **adapter: Any) -> JobStatus:
         "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
         **adapter,
     }
-    return JobStatus.model_validate({"phase": "Serving", "adapter": report})
+    status: dict[str, Any] = {"phase": "Serving", "adapter": report}
+    if checked:
+        check = {"path": report["path"], "sha256": report["sha256"]}
+        status["inference"] = {"service": "s", "url": "http://s", "server": "qwen3vl-8b", "adapterCheck": check}
+    return JobStatus.model_validate(status)
 
 
 def test_a_trained_job_that_fits_becomes_a_candidate_under_its_served_name() -> None:
@@ -194,6 +199,7 @@ def test_a_job_served_from_a_server_makes_no_deployment_and_removes_one_it_had()
         "model": "geo-lora",
         "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
         "server": "qwen3vl-8b",
+        "adapterCheck": {"path": f"{job_dir(j)}/adapter", "sha256": "ab" * 32},
     }
     missing = decide_serving(j, trained(j), ServingObserved())
     assert missing.ready is not None and missing.ready[1] == "ServerNotFound" and missing.delete == []

@@ -115,6 +115,21 @@ def test_missing_files_are_reported(tmp_path: Path) -> None:
         check_adapter_dir(tmp_path)
 
 
+def test_links_are_refused_even_to_a_sound_adapter(tmp_path: Path) -> None:
+    """A server reads what a link points at, as the server: a shared one would load another team's files."""
+    sound = adapter(tmp_path / "other") if (tmp_path / "other").mkdir() is None else None
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "adapter_config.json").write_bytes((sound / "adapter_config.json").read_bytes())
+    (linked / "adapter_model.safetensors").symlink_to(sound / "adapter_model.safetensors")
+    (tmp_path / "whole").symlink_to(sound, target_is_directory=True)
+    check_adapter_dir(sound)  # the files themselves pass
+    for path, link in ((linked, "adapter_model.safetensors"), (tmp_path / "whole", "whole")):
+        with pytest.raises(AdapterError) as err:
+            check_adapter_dir(path)
+        assert [v.rule for v in err.value.violations] == ["files"] and link in str(err.value)
+
+
 def test_the_init_container_command_exits_3_with_one_error_line_per_rule(tmp_path: Path, capsys) -> None:
     path = adapter(tmp_path / "a", use_dora=True) if (tmp_path / "a").mkdir() is None else None
     code = main(["--adapter", str(path), "--base-model", "other/model", "--max-lora-rank", "32"])

@@ -143,7 +143,7 @@ def _resources(job: MultimodalRLJob) -> dict[str, Any]:
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
-def _check_container(job: MultimodalRLJob, adapter: Adapter, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+def check_container(job: MultimodalRLJob, adapter: Adapter, mounts: list[dict[str, Any]]) -> dict[str, Any]:
     command = ["python", "-m", "mmrl_trainer.adapter"]
     if adapter.path.startswith("s3://"):
         command += ["--adapter", S3_ADAPTER_DIR, "--copy-from", adapter.path]
@@ -173,7 +173,7 @@ def http_probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _volumes(job: MultimodalRLJob, adapter: Adapter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def adapter_volumes(job: MultimodalRLJob, adapter: Adapter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The training pods' claims (read-only here), /dev/shm in memory, and an emptyDir for an S3 adapter."""
     m = build_mounts(job)
     keep = {v["name"] for v in m.volumes if "persistentVolumeClaim" in v}
@@ -202,7 +202,7 @@ def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
 
 def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
     spec, inf = job.spec, job.spec.inference
-    volumes, mounts = _volumes(job, adapter)
+    volumes, mounts = adapter_volumes(job, adapter)
     check_mounts = [{**vm, "readOnly": vm["name"] != "adapter"} for vm in mounts]
     server_mounts = [*({**vm, "readOnly": True} for vm in mounts), {"name": "dshm", "mountPath": c.SHM_MOUNT}]
     container: dict[str, Any] = {
@@ -221,18 +221,27 @@ def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
     }
     if spec.trainer.env_from:
         container["envFrom"] = [e.wire() for e in spec.trainer.env_from]  # e.g. HF_TOKEN for a hub model
-    tolerations = [t.wire() for t in spec.cluster.tolerations]
-    if gpus(job):
-        tolerations.append({"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
-    pod: dict[str, Any] = {
-        # The trainer's account carries the IRSA / pod identity that reads the adapter and model from S3; the
-        # Kubernetes API token is not mounted (the server never calls the API).
-        "serviceAccountName": service_account_name(job.name),
-        "automountServiceAccountToken": False,
-        "initContainers": [_check_container(job, adapter, check_mounts)],
+    return {
+        **job_pod_basics(job, gpus(job)),
+        "initContainers": [check_container(job, adapter, check_mounts)],
         "containers": [container],
         "volumes": [*volumes, {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }
+
+
+def job_pod_basics(job: MultimodalRLJob, gpu_count: int) -> dict[str, Any]:
+    """Identity and placement of a pod the operator runs for a trained job (its vLLM server, its adapter check):
+    the trainer's ServiceAccount, whose IRSA / pod identity reads the adapter and model from S3, without the
+    Kubernetes API token (neither calls the API); the training pods' tolerations, HyperPod health affinity and pull
+    secrets; `inference.nodeSelector`."""
+    spec, inf = job.spec, job.spec.inference
+    pod: dict[str, Any] = {
+        "serviceAccountName": service_account_name(job.name),
+        "automountServiceAccountToken": False,
+    }
+    tolerations = [t.wire() for t in spec.cluster.tolerations]
+    if gpu_count:
+        tolerations.append({"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
     if tolerations:
         pod["tolerations"] = tolerations
     placement = affinity(job)
