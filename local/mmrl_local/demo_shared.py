@@ -5,7 +5,7 @@ into it under one alias, `colors-prod`:
 
 1. the server and colors-v1 are applied together; once v1 passes its gate, the operator's check pod passes its
    files, the operator loads the adapter into the running server and points the alias at it;
-2. a client starts asking the alias, and keeps asking to the end;
+2. a client starts asking the alias about a red image, and keeps asking to the end;
 3. colors-v2 trains and passes its gate: the alias moves to v2, and v1 stays loaded;
 4. `mmrl rollback colors-prod --server colors` pins the alias back on v1.
 
@@ -18,6 +18,7 @@ trains its own.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -34,13 +35,16 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_operator.cli.chat import ask_server
 from mmrl_operator.cli.server_status import render_server_status
+from mmrl_operator.cli.status import recent_events
 from mmrl_operator.runtime.service_proxy import proxy_json
+from mmrl_trainer.synthetic import colour_image
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_EXAMPLE = REPO / "examples" / "local-model-server.yaml"
 ALIAS = "colors-prod"
 QUESTION = "What colour is this?"
 VERSIONS = (("colors-v1", 1), ("colors-v2", 2))  # (job, the seed of its training sample)
+ASK_PAUSE = 0.25  # seconds between the client's questions: on 2 cores, leave most of the CPU to the training
 
 
 def shared_job(name: str, server: str, seed: int) -> dict[str, Any]:
@@ -64,8 +68,20 @@ class KeepAsking:
     """A client that asks one model on a ModelServer again and again (through the apiserver's service proxy, as
     `mmrl chat --server` does), keeping every answer and every error."""
 
-    def __init__(self, api: client.ApiClient, ns: str, server: str, model: str, question: str = QUESTION) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        ns: str,
+        server: str,
+        model: str,
+        question: str = QUESTION,
+        *,
+        image: Path | None = None,
+        pause: float = 0.0,
+    ) -> None:
+        """`pause`: seconds between one answer and the next question (a demo leaves the CPU to training)."""
         self.api, self.ns, self.server, self.model, self.question = api, ns, server, model, question
+        self.image, self.pause = image, pause
         self.answers: list[str] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -74,9 +90,11 @@ class KeepAsking:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.answers.append(ask_server(self.api, self.ns, self.server, self.model, self.question)[0])
+                answer = ask_server(self.api, self.ns, self.server, self.model, self.question, self.image)[0]
+                self.answers.append(answer)
             except Exception as err:  # every failure counts: none may happen
                 self.errors.append(f"{type(err).__name__}: {err}")
+            self._stop.wait(self.pause)
 
     def __enter__(self) -> KeepAsking:
         self._thread.start()
@@ -206,8 +224,10 @@ class SharedDemo:
             self.kubectl_apply(self.server_doc, f"modelserver-{self.server}")
             trained = self.train(v1, seed1, timeout)
             self.wait(lambda: self.alias_on() == (v1, False), timeout, f"{ALIAS} on {v1}")
-            s.timings[f"{v1} trained -> {ALIAS} answers (vLLM start included)"] = time.monotonic() - trained
-            with KeepAsking(self.api, self.ns, self.server, ALIAS) as asker:
+            s.timings[f"{v1} trained -> {ALIAS} answers"] = time.monotonic() - trained
+            image = self.out_dir / "question-red.png"
+            colour_image("red", random.Random(0)).save(image)
+            with KeepAsking(self.api, self.ns, self.server, ALIAS, image=image, pause=ASK_PAUSE) as asker:
                 self.wait(lambda: asker.answers, 120, "the client's first answer")
                 trained = self.train(v2, seed2, timeout)
                 self.wait(lambda: self.alias_on() == (v2, False), 120, f"{ALIAS} moved to {v2}")
@@ -222,7 +242,7 @@ class SharedDemo:
         except (TimeoutError, RuntimeError, subprocess.SubprocessError) as err:
             s.error = str(err)[:2000]
         found = self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, self.ns, c.SERVER_PLURAL, self.server)
-        s.server_status = render_server_status(found, [])
+        s.server_status = render_server_status(found, recent_events(self.api, self.ns, self.server, c.SERVER_KIND))
         status = found.get("status") or {}
         try:
             port = status["url"].rsplit(":", 1)[-1].split("/", 1)[0]
