@@ -12,9 +12,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
-from mmrl_api import validate_manifest
 from mmrl_api.constants import KIND, SERVER_KIND
 from mmrl_operator.cli.bounded_mlflow import DEFAULT_BUDGET, budget_seconds
 
@@ -54,6 +51,10 @@ def _memory_plan(job, where: str, out, err) -> bool:  # type: ignore[no-untyped-
 def validate_files(paths: Sequence[str], out=sys.stdout, err=sys.stderr) -> int:  # type: ignore[no-untyped-def]
     """Validate every MultimodalRLJob and ModelServer document in the files; print errors with field paths.
     Exit status."""
+    import yaml  # here, like every command's imports: `mmrl operator` starts without them (issue #32)
+
+    from mmrl_api import validate_manifest
+
     failed = False
     for path in paths:
         try:

@@ -6,9 +6,13 @@ makes creation idempotent across operator restarts (a second create of the same 
 
 from __future__ import annotations
 
-from mmrl_api import MultimodalRLJob
+from typing import TYPE_CHECKING
+
 from mmrl_api import constants as c
-from mmrl_api.model_server import ModelServer
+
+if TYPE_CHECKING:  # annotations only: the watch caches use these names before any model is built (issue #32)
+    from mmrl_api import MultimodalRLJob
+    from mmrl_api.model_server import ModelServer
 
 
 def raycluster_name(job_name: str) -> str:

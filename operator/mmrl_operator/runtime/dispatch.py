@@ -58,6 +58,8 @@ class Runtime:
     fingerprints: dict[Key, str] = field(default_factory=dict)  # see job_fingerprint
     stop: threading.Event = field(default_factory=threading.Event)
     probe_workers: int = 4
+    listing: Caches | None = None  # caches run.py made, their LISTs started on `early_lists`, before importing us
+    early_lists: threading.Thread | None = None  # the warm start waits for those LISTs first
     caches: Caches = field(init=False)
     servers: ServerController = field(init=False)
     prober: Prober = field(init=False)
@@ -66,7 +68,7 @@ class Runtime:
     warm_error: BaseException | None = None
 
     def __post_init__(self) -> None:
-        self.caches = Caches(self.kube, self.namespaces, wake=self.queue.add)
+        self.caches = self.listing or Caches(self.kube, self.namespaces, wake=self.queue.add)
         self.servers = ServerController(
             self.kube, self.namespaces, active=self.is_leader, jobs=self.jobs, wake_job=self.queue.add
         )
@@ -92,6 +94,8 @@ class Runtime:
         jobs the LISTs woke (every job with a child) pass at once. A LIST answered 404 is a resource the apiserver
         does not serve yet (KubeRay's CRDs): wait for it, then list what is left. No discovery request comes first:
         it cost a restart three sequential round trips (issue #32)."""
+        if self.early_lists is not None:
+            self.early_lists.join()  # a LIST that failed there is tried again below, where its error is raised
         while not self.stop.is_set():
             try:
                 self.caches.start(also=self.servers.informers())

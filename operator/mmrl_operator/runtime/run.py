@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 
 from prometheus_client import start_http_server
 
-from mmrl_operator.runtime import dispatch, metrics
+from mmrl_operator.runtime import metrics
+from mmrl_operator.runtime.caches import Caches
 from mmrl_operator.runtime.kube import Kube
 from mmrl_operator.runtime.leader import LeaderElector
-from mmrl_operator.runtime.workqueue import WorkQueue
+from mmrl_operator.runtime.workqueue import Key, WorkQueue
 
 log = logging.getLogger("mmrl.run")
 # kopf's own line format (kopf.configure sets it once kopf is imported), so the log reads the same throughout.
@@ -35,13 +37,21 @@ def run_operator(args: argparse.Namespace) -> int:
         lease_ns = os.environ.get("POD_NAMESPACE", "default")
         elector = LeaderElector(kube.api_client, lease_ns, name=os.environ.get("MMRL_LEASE_NAME", args.peering))
     queue = WorkQueue(
-        dispatch.reconcile_key,
+        reconcile_key,
         workers=int(os.environ.get("MMRL_WORKERS", "4")),
         active=(elector.is_leader if elector else lambda: True),
     )
+    namespaces = args.namespace or []
+    # The nodes' and children's LISTs start now, before the decision's modules (the API's pydantic models and the
+    # rest) are imported: the imports run while the apiserver answers (issue #32: restart -> first pass). The keys
+    # the LISTs wake wait in the queue, which starts once the warm start has listed the rest.
+    caches = Caches(kube, namespaces, wake=queue.add)
+    early = threading.Thread(target=_list_quietly, args=(caches,), name="mmrl-early-lists", daemon=True)
+    early.start()
+
+    from mmrl_operator.runtime import dispatch
 
     metrics.LEADER.set_function(lambda: 1.0 if elector is None or elector.is_leader() else 0.0)
-    namespaces = args.namespace or []
     runtime = dispatch.Runtime(
         kube=kube,
         queue=queue,
@@ -49,6 +59,8 @@ def run_operator(args: argparse.Namespace) -> int:
         resync_seconds=float(os.environ.get("MMRL_RESYNC_SECONDS", "30")),
         namespaces=namespaces,
         probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
+        listing=caches,
+        early_lists=early,
     )
     if elector is not None:  # the keys a standby kept run the moment it leads
         elector.on_leading = lambda: (queue.resume(), runtime.servers.queue.resume())
@@ -77,3 +89,18 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness or None,
     )
     return 0
+
+
+def reconcile_key(key: Key) -> float | None:
+    from mmrl_operator.runtime import dispatch
+
+    return dispatch.reconcile_key(key)
+
+
+def _list_quietly(caches: Caches) -> None:
+    """The early LISTs; one that fails (a resource not served yet, say) is listed again by the warm start, which
+    waits for it and reports what fails."""
+    try:
+        caches.start()
+    except Exception as err:
+        log.info("early LISTs: %s; the warm start lists again", err)
