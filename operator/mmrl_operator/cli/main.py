@@ -8,6 +8,7 @@ Kubernetes client lazily, so validation works without it.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mmrl_operator.cli.rollback import main as rollback
 
         return rollback(args.alias, args.server, args.namespace, args.to, args.unpin)
+    # A start imports some 100,000 objects (the Kubernetes client, kopf, the API's models): no cyclic collection
+    # runs among them; run.py freezes them out of later collections and turns collection on again (issue #32).
+    gc.disable()
     from mmrl_operator.runtime.run import run_operator
 
     return run_operator(args)

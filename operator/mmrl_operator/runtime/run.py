@@ -7,6 +7,7 @@ child: a restarted operator's first passes run while kopf imports and starts, in
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import threading
@@ -62,6 +63,8 @@ def run_operator(args: argparse.Namespace) -> int:
         listing=caches,
         early_lists=early,
     )
+    gc.freeze()  # what the imports made stays: never scanned again (`mmrl operator` started with collection off)
+    gc.enable()
     if elector is not None:  # the keys a standby kept run the moment it leads
         elector.on_leading = lambda: (queue.resume(), runtime.servers.queue.resume())
     dispatch.install(runtime)
