@@ -220,6 +220,7 @@ class SharedDemo:
     def run(self, timeout: float = 900) -> SharedSummary:
         s, t0 = self.summary, time.monotonic()
         (v1, seed1), (v2, seed2) = VERSIONS
+        asker: KeepAsking | None = None
         try:
             self.kubectl_apply(self.server_doc, f"modelserver-{self.server}")
             trained = self.train(v1, seed1, timeout)
@@ -238,9 +239,10 @@ class SharedDemo:
                 s.timings["rollback -> alias back"] = time.monotonic() - asked
                 at = len(asker.answers)
                 self.wait(lambda: len(asker.answers) > at, 60, "an answer after the rollback")
-            s.asked, s.answers, s.errors = len(asker.answers), dict(Counter(asker.answers)), asker.errors
         except (TimeoutError, RuntimeError, subprocess.SubprocessError) as err:
             s.error = str(err)[:2000]
+        if asker is not None:  # also when a step failed: what the client saw until then
+            s.asked, s.answers, s.errors = len(asker.answers), dict(Counter(asker.answers)), asker.errors
         found = self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, self.ns, c.SERVER_PLURAL, self.server)
         s.server_status = render_server_status(found, recent_events(self.api, self.ns, self.server, c.SERVER_KIND))
         status = found.get("status") or {}
