@@ -94,21 +94,18 @@ class Kube:
 
     # --- reads ---------------------------------------------------------------------------------------------
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._count()
-        require(c.GROUP, c.PLURAL, "get")
-        try:
-            return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._get_ours(c.PLURAL, namespace, name)
 
     def get_server(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A ModelServer, or None when there is none."""
+        return self._get_ours(c.SERVER_PLURAL, namespace, name)
+
+    def _get_ours(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One of our custom objects (mmrl.dev) by name, or None when there is none."""
         self._count()
-        require(c.GROUP, c.SERVER_PLURAL, "get")
+        require(c.GROUP, plural, "get")
         try:
-            return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, name)
+            return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, plural, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -18,12 +18,18 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob
 from mmrl_operator.core.builders.common import child_metadata, stamped
-from mmrl_operator.core.builders.inference import Adapter, adapter_volumes, check_container, job_pod_basics
+from mmrl_operator.core.builders.inference import (
+    ADAPTER_SHA_ANNOTATION,
+    Adapter,
+    adapter_volumes,
+    check_container,
+    job_pod_basics,
+)
 from mmrl_operator.core.names import adapter_check_name
 
 COMPONENT = "adapter-check"
 CHECKED_PATH_ANNOTATION = "mmrl.dev/adapter-path"
-CHECKED_SHA_ANNOTATION = "mmrl.dev/adapter-sha256"
+CHECKED_SHA_ANNOTATION = ADAPTER_SHA_ANNOTATION  # as on a dedicated server's pods
 DEADLINE_SECONDS = 600  # a check reads a few hundred MiB at most; past this the pod fails and is made again
 
 

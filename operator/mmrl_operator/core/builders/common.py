@@ -30,12 +30,17 @@ def stamped(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def owner_reference(job: MultimodalRLJob) -> dict[str, Any]:
-    """Children are garbage-collected with the job; `controller: true` marks mmrl as their one manager."""
+    return controller_reference(c.KIND, job.name, job_uid(job))
+
+
+def controller_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
+    """A child of one of our objects (a job, a ModelServer) is garbage-collected with it; `controller: true` marks
+    mmrl as its one manager."""
     return {
         "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "name": job.name,
-        "uid": job_uid(job),
+        "kind": kind,
+        "name": name,
+        "uid": uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }

@@ -259,38 +259,52 @@ def selector(job: MultimodalRLJob) -> dict[str, str]:
 
 
 def build_deployment(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
-    name = inference_name(job.name)
     annotations = {**PROMETHEUS, ADAPTER_SHA_ANNOTATION: adapter.sha256} if adapter.sha256 else dict(PROMETHEUS)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": child_metadata(job, name, COMPONENT),
-        "spec": {
-            "replicas": job.spec.inference.replicas,
-            "selector": {"matchLabels": selector(job)},
-            # A new pod must be serving before an old one goes: no gap in answers during a roll-out.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 1800,
-            "template": {
-                "metadata": {"labels": selector(job), "annotations": annotations},
-                "spec": _pod_spec(job, adapter),
-            },
-        },
-    }
-    return stamped(deployment)
+    metadata = child_metadata(job, inference_name(job.name), COMPONENT)
+    return vllm_deployment(metadata, job.spec.inference.replicas, selector(job), annotations, _pod_spec(job, adapter))
 
 
 def build_service(job: MultimodalRLJob) -> dict[str, Any]:
     metadata = child_metadata(job, inference_name(job.name), COMPONENT)
     metadata["annotations"] = dict(PROMETHEUS)
+    return vllm_service(metadata, selector(job))
+
+
+def vllm_deployment(
+    metadata: dict[str, Any],
+    replicas: int,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    pod_spec: dict[str, Any],
+) -> dict[str, Any]:
+    """A vLLM server's Deployment (a job's own, a ModelServer's): `labels` select its pods."""
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            # A new pod must be serving before an old one goes: no gap in answers during a roll-out.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 1800,
+            # Copies: one dict in two places would print as a YAML anchor (`mmrl render`) and change together.
+            "template": {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod_spec},
+        },
+    }
+    return stamped(deployment)
+
+
+def vllm_service(metadata: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """The ClusterIP Service in front of the pods `labels` select, on vLLM's port."""
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata,
         "spec": {
             "type": "ClusterIP",
-            "selector": selector(job),
+            "selector": labels,
             "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }

@@ -17,8 +17,16 @@ from typing import Any
 from mmrl_api import constants as c
 from mmrl_api.image_budget import pixel_cap_kwargs
 from mmrl_api.model_server import AdapterVolume, ModelServer
-from mmrl_operator.core.builders.common import stamped
-from mmrl_operator.core.builders.inference import PORT, PROMETHEUS, SERVER_COMMAND, http_probe, served_base_name
+from mmrl_operator.core.builders.common import controller_reference
+from mmrl_operator.core.builders.inference import (
+    PORT,
+    PROMETHEUS,
+    SERVER_COMMAND,
+    http_probe,
+    served_base_name,
+    vllm_deployment,
+    vllm_service,
+)
 from mmrl_operator.core.builders.raycluster import hyperpod_affinity
 from mmrl_operator.core.names import object_uid
 
@@ -40,14 +48,7 @@ def selector(server: ModelServer) -> dict[str, str]:
 
 
 def owner_reference(server: ModelServer) -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.SERVER_KIND,
-        "name": server.name,
-        "uid": object_uid(server),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return controller_reference(c.SERVER_KIND, server.name, object_uid(server))
 
 
 def _metadata(server: ModelServer) -> dict[str, Any]:
@@ -206,38 +207,12 @@ def _pod_spec(server: ModelServer) -> dict[str, Any]:
 
 
 def build_server_deployment(server: ModelServer) -> dict[str, Any]:
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _metadata(server),
-        "spec": {
-            "replicas": server.spec.replicas,
-            "selector": {"matchLabels": selector(server)},
-            # A new replica must be serving before an old one goes: no gap in answers during a roll-out.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 1800,
-            "template": {
-                "metadata": {"labels": selector(server), "annotations": dict(PROMETHEUS)},
-                "spec": _pod_spec(server),
-            },
-        },
-    }
-    return stamped(deployment)
+    labels = selector(server)
+    return vllm_deployment(_metadata(server), server.spec.replicas, labels, dict(PROMETHEUS), _pod_spec(server))
 
 
 def build_server_service(server: ModelServer) -> dict[str, Any]:
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _metadata(server),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector(server),
-            "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }
-    return stamped(service)
+    return vllm_service(_metadata(server), selector(server))
 
 
 def server_url(server: ModelServer) -> str:
