@@ -32,6 +32,16 @@ def server_doc(**spec: Any) -> dict[str, Any]:
     return doc
 
 
+def _or_none(read: Any, name: str, namespace: str) -> Any:
+    """The object `read` returns, or None when the apiserver has none (404)."""
+    try:
+        return read(name, namespace)
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 class Servers:
     def __init__(self, api: client.ApiClient, ns: str) -> None:
         self.custom, self.apps, self.core, self.ns = (
@@ -60,12 +70,10 @@ class Servers:
         self.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, self.ns, c.SERVER_PLURAL, NAME, {"spec": spec})
 
     def deployment(self) -> client.V1Deployment | None:
-        try:
-            return self.apps.read_namespaced_deployment(CHILD, self.ns)
-        except client.exceptions.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.apps.read_namespaced_deployment, CHILD, self.ns)
+
+    def service(self) -> client.V1Service | None:
+        return _or_none(self.core.read_namespaced_service, CHILD, self.ns)
 
     def events(self) -> list[str]:
         found = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={NAME}").items
@@ -125,7 +133,7 @@ def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
     env = {e.name: e.value for e in dep.spec.template.spec.containers[0].env}
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert args_of(dep)["--max-cpu-loras"] == "8" and "--lora-modules" not in args_of(dep)
-    svc = core.read_namespaced_service(CHILD, servers.ns)
+    svc = wait_until(servers.service, 30, what="the server's Service")  # written after the Deployment
     assert svc.spec.selector == dep.spec.selector.match_labels
 
     # Its adapter claim does not exist yet: the scheduler cannot place the replica, and the server says why.
