@@ -116,6 +116,31 @@ def _child_key(kind: str, obj: Obj) -> tuple[str, str, str]:
     return (kind, *key_of(obj))
 
 
+class WrittenGenerations:
+    """The generation each child had in the answer to this process's last write of it, so a pass can tell an edit
+    by someone else (a later generation) from its own. Unknown (not written since this process started) is not an
+    edit: the spec digest alone decides then. Shared by the passes' worker threads."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def wrote(self, obj: Obj) -> None:
+        if "generation" in obj["metadata"]:
+            with self._lock:
+                self._seen[_child_key(obj.get("kind", ""), obj)] = obj["metadata"]["generation"]
+
+    def edited(self, kind: str, obj: Obj) -> bool:
+        with self._lock:
+            written = self._seen.get(_child_key(kind, obj))
+        return written is not None and obj["metadata"].get("generation") != written
+
+    def forget(self, kind: str, obj: Obj) -> None:
+        """The child was deleted: one made again under the name is a new one."""
+        with self._lock:
+            self._seen.pop(_child_key(kind, obj), None)
+
+
 KINDS = {
     "RayCluster": (RAYCLUSTERS, slim_raycluster),
     "RayJob": (RAYJOBS, slim_rayjob),
@@ -147,8 +172,7 @@ class Caches:
         self.nodes = Informer(kube.api_client, NODES, keep=slim_node, on_change=self._node_changed)
         self.server_source: Callable[[str, str], dict[str, Any] | None] | None = None
         # The generation each child had in the answer to this process's last write of it (see `edited`).
-        self._written: dict[tuple[str, str, str], int] = {}
-        self._written_lock = threading.Lock()
+        self._written = WrittenGenerations()
 
     def start(self, also: list[Informer] | None = None) -> None:
         """List everything (blocking: the first passes after a start see every node and child), then watch. The
@@ -199,15 +223,11 @@ class Caches:
         """Whether someone else changed the child's spec since this process last wrote it: its generation is not the
         one our write got back. Unknown (not written since this process started) is not an edit: the spec digest
         alone decides then."""
-        with self._written_lock:
-            written = self._written.get(_child_key(kind, obj))
-        return written is not None and obj["metadata"].get("generation") != written
+        return self._written.edited(kind, obj)
 
     # --- our own writes --------------------------------------------------------------------------------------------
     def wrote(self, obj: dict[str, Any]) -> None:
-        if "generation" in obj["metadata"]:
-            with self._written_lock:
-                self._written[_child_key(obj.get("kind", ""), obj)] = obj["metadata"]["generation"]
+        self._written.wrote(obj)
         if (informer := self.children.get(obj.get("kind", ""))) is not None:
             informer.wrote(obj)
 
@@ -217,9 +237,8 @@ class Caches:
 
     # --- watch callbacks --------------------------------------------------------------------------------------------
     def _child_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
-        if new is None and old is not None:  # deleted: a child made again under the name is a new one
-            with self._written_lock:
-                self._written.pop(_child_key(kind, old), None)
+        if new is None and old is not None:
+            self._written.forget(kind, old)
         job = job_of(new or old or {"metadata": {}})
         if job is not None:
             self.wake(job)

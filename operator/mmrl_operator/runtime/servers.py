@@ -38,7 +38,15 @@ from mmrl_operator.core.shared_serving import (
     vllm_up,
 )
 from mmrl_operator.runtime.adapter_loader import sync_replica
-from mmrl_operator.runtime.caches import DEPLOYMENTS, PODS, SERVICES, slim_deployment, slim_pod, slim_service
+from mmrl_operator.runtime.caches import (
+    DEPLOYMENTS,
+    PODS,
+    SERVICES,
+    WrittenGenerations,
+    slim_deployment,
+    slim_pod,
+    slim_service,
+)
 from mmrl_operator.runtime.informer import Informer, Kind, Obj
 from mmrl_operator.runtime.jobstore import JobStore
 from mmrl_operator.runtime.kube import ApplyRejected, JobGone, Kube, StatusConflict
@@ -102,9 +110,8 @@ class ServerController:
             for kind, (k, keep, _) in CHILD_KINDS.items()
         }
 
-        # The generation each child had in the answer to this process's last write of it: a later generation is
-        # someone else's edit of its spec, which the pass sets back.
-        self._written: dict[tuple[str, str, str], int] = {}
+        # A later generation than our write got back is someone else's edit of its spec, which the pass sets back.
+        self._written = WrittenGenerations()
 
     def informers(self) -> list[Informer]:
         return [self.servers, *self.children.values()]
@@ -250,15 +257,8 @@ class ServerController:
         return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
 
     def _wrote(self, stored: dict[str, Any]) -> None:
-        meta = stored["metadata"]
-        if "generation" in meta:
-            self._written[(stored["kind"], meta["namespace"], meta["name"])] = meta["generation"]
+        self._written.wrote(stored)
         self.children[stored["kind"]].wrote(stored)
-
-    def _edited(self, kind: str, obj: dict[str, Any]) -> bool:
-        meta = obj["metadata"]
-        written = self._written.get((kind, meta.get("namespace") or "", meta["name"]))
-        return written is not None and meta.get("generation") != written
 
     def observe(self, server: ModelServer) -> ServerObserved:
         key, name, uid = (server.namespace, server.name), build.server_child_name(server.name), object_uid(server)
@@ -282,7 +282,7 @@ class ServerController:
         return ServerObserved(
             deployment=deployment,
             service=found["Service"],
-            deployment_edited=deployment is not None and self._edited("Deployment", deployment),
+            deployment_edited=deployment is not None and self._written.edited("Deployment", deployment),
             pod_problem=next((pr for p in pods if (pr := pod_problem(p))), None),
             foreign=tuple(foreign),
         )
