@@ -36,6 +36,7 @@ pytest_plugins = [
     "tests.support.property_seed",
     "tests.support.leftovers",  # a namespace, link or process the session left behind fails the run
     "tests.support.group_times",  # the time each test group took, at the end of the run
+    "tests.support.failure_logs",  # a failed test's report ends with its operator's (and KubeRay's) log
     "tests.support.parallel",  # TEST_WORKERS=N: which tests share a worker, and in what order workers take them
     "pytester",
 ]

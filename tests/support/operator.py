@@ -90,5 +90,10 @@ def phases_until_done(jobs: Jobs, name: str, timeout: float = 90) -> list[str]:
             seen.append(phase)
         return phase in ("Succeeded", "Failed")
 
-    wait_until(done, timeout, interval=0.05, what=f"{name} to finish")
+    def state() -> str:
+        status = jobs.status(name)
+        conditions = {c["type"]: f"{c['status']}/{c.get('reason', '')}" for c in status.get("conditions") or []}
+        return f"{name} to finish; phases seen {seen}, conditions {conditions}, message {status.get('message')!r}"
+
+    wait_until(done, timeout, interval=0.05, what=state)
     return seen
