@@ -138,6 +138,20 @@ class HyperPodNodes:
         self.names.append(name)
         return name
 
+    def wait_schedulable(self, names: list[str], timeout: float = 120.0) -> None:
+        """Until the scheduler may use every node: Ready is not enough, the node lifecycle controller's not-ready
+        taint lags it by a node-monitor period, and on this 2-core machine under a full parallel run (real Ray and
+        vLLM beside the control planes) by more than 30 s: a job's 90 s could run out with its pods still Pending."""
+        for name in names:
+            wait_until(
+                lambda n=name: nodes.schedulable_ready(self.core.read_node(n)),
+                timeout,
+                what=lambda n=name: f"node {n} schedulable (taints {self._taints(n)})",
+            )
+
+    def _taints(self, name: str) -> list[str]:
+        return [t.key for t in self.core.read_node(name).spec.taints or []]
+
     def set_health(self, name: str, status: hp.NodeHealth | str) -> None:
         nodes.set_health(self.core, name, status)
 
@@ -325,8 +339,11 @@ def operator_pods(
 
 @pytest.fixture
 def nodes_ready(hyperpod_nodes) -> list[str]:
-    hyperpod_nodes.cpu()
-    return hyperpod_nodes.gpu(2)
+    """A CPU node and two GPU nodes the scheduler may use (not only Ready: see `wait_schedulable`)."""
+    cpu = hyperpod_nodes.cpu()
+    gpus = hyperpod_nodes.gpu(2)
+    hyperpod_nodes.wait_schedulable([cpu, *gpus])
+    return gpus
 
 
 # --- the Helm chart ------------------------------------------------------------------------------------------
