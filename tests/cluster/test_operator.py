@@ -147,3 +147,6 @@ def test_liveness_and_metrics_endpoints_answer(jobs, operator, kuberay, nodes_re
         assert r.status == 200 and json.loads(r.read())["leader"] is True
     assert operator.metric("mmrl_attempts_started_total") == 1
     assert operator.metric("mmrl_reconcile_duration_seconds_count") > 0
+    # One line per record: the start-up handler (used until kopf's logging takes over) is gone once kopf runs.
+    passes = [line for line in operator.log_path.read_text().splitlines() if "reconciled job=" in line]
+    assert passes and len(passes) == len(set(passes)), passes

@@ -47,8 +47,8 @@ def run_operator(args: argparse.Namespace) -> int:
     # rest) are imported: the imports run while the apiserver answers (issue #32: restart -> first pass). The keys
     # the LISTs wake wait in the queue, which starts once the warm start has listed the rest.
     caches = Caches(kube, namespaces, wake=queue.add)
-    early = threading.Thread(target=_list_quietly, args=(caches,), name="mmrl-early-lists", daemon=True)
-    early.start()
+    early_lists = threading.Thread(target=_list_quietly, args=(caches,), name="mmrl-early-lists", daemon=True)
+    early_lists.start()
 
     from mmrl_operator.runtime import dispatch
 
@@ -61,7 +61,7 @@ def run_operator(args: argparse.Namespace) -> int:
         namespaces=namespaces,
         probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
         listing=caches,
-        early_lists=early,
+        early_lists=early_lists,
     )
     gc.freeze()  # what the imports made stays: never scanned again (`mmrl operator` started with collection off)
     gc.enable()
