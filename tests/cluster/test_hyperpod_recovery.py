@@ -158,7 +158,7 @@ def test_ray_pods_prefer_nodes_whose_deep_health_check_passed(jobs, operator, ku
     (checking,) = hyperpod_nodes.gpu(1)
     nodes.start_deep_health_check(core, checking)
     # Both vetted nodes usable by the scheduler first: one still tainted not-ready would send a worker elsewhere.
-    hyperpod_nodes.wait_schedulable(sorted(vetted))
+    hyperpod_nodes.wait_schedulable(sorted(vetted), timeout=90)
     kuberay.script("geo-a*", "hang")
     jobs.create(cluster_job("geo", MULTI_NODE, workers=2))
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")

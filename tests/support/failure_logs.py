@@ -11,12 +11,9 @@ TAIL_LINES = 60
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
-    """The last `lines` lines of `path` (the end of a long log only is read), or why there are none."""
+    """The last `lines` lines of `path`, or why there are none."""
     try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 200 * lines))
-            text = f.read().decode(errors="replace")
+        text = path.read_bytes().decode(errors="replace")
     except OSError as err:
         return f"(no log: {err})"
     return "\n".join(text.splitlines()[-lines:]) or "(empty)"
