@@ -179,6 +179,7 @@ BENCH_CHAOS_JOBS ?= 50
 BENCH_VALIDATION_SPECS ?= 5000
 
 bench: setup bins kuberay mlflow-venv ## latency vs real KubeRay, profile, recovery, memory and restarts, failover, chaos, trainer, validation agreement, demo phases -> docs/benchmarks.md
+	mkdir -p bench/out && git describe --always --dirty > bench/out/REVISION
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --rounds $(BENCH_ROUNDS)
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS_LARGE) --rounds $(BENCH_ROUNDS) --name latency-1000
 	$(VPY) bench/latency.py --jobs $(BENCH_JOBS) --kuberay-jobs 0 --rounds 1 --profile
