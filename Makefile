@@ -115,7 +115,7 @@ crds-check: setup ## fail when crds/ or a generated chart template differs from 
 	$(VPY) -m mmrl_operator.codegen.crd --check crds/
 	$(VPY) -m mmrl_operator.codegen.chart --check charts/mmrl-operator
 
-HELM = $(shell $(VPY) -c 'from mmrl_local import build; print(build.build(verbose=False)["helm"])')
+HELM = $(shell $(VPY) -c 'from mmrl_local.toolchain import build; print(build.build(verbose=False)["helm"])')
 
 chart: bins crds-check ## helm lint --strict the chart and package it into dist/
 	$(HELM) lint --strict charts/mmrl-operator
@@ -217,7 +217,7 @@ kuberay: ## build (or reuse) the control plane binaries and the real KubeRay ope
 	$(PYTHON) -m mmrl_local build --kuberay --kueue
 
 # The operator image from docker/operator.Dockerfile, with buildah (chroot isolation, no daemon) on a Debian python
-# base made with mmdebstrap (mmrl_local/images_build.py); buildah, mmdebstrap and runc come from apt when missing (root).
+# base made with mmdebstrap (mmrl_local/toolchain/images_build.py); buildah, mmdebstrap and runc come from apt when missing (root).
 # Storage and keys under $(MMRL_CACHE)/images: about 1.5 minutes cold on 2 cores, a fraction of a second when reused.
 .PHONY: images test-images
 images: setup ## build (or reuse) the operator image with buildah, no daemon (docs/install.md)

@@ -29,9 +29,9 @@ from kubernetes import client
 
 import common
 from mmrl_api import constants as c
-from mmrl_local import nodes
-from mmrl_local.kuberay_standin import KubeRayStandIn
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
+from mmrl_local.cluster import nodes
+from mmrl_local.standin.kuberay_standin import KubeRayStandIn
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs
 

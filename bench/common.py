@@ -33,9 +33,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(s) for s in _SOURCES] + [os.envi
 
 from kubernetes import client, watch  # noqa: E402
 
-from mmrl_local import nodes  # noqa: E402
-from mmrl_local.controlplane import ControlPlane  # noqa: E402
-from mmrl_local.crd_install import install_mmrl_crd  # noqa: E402
+from mmrl_local.cluster import nodes  # noqa: E402
+from mmrl_local.cluster.controlplane import ControlPlane  # noqa: E402
+from mmrl_local.cluster.crd_install import install_mmrl_crd  # noqa: E402
 from mmrl_operator.core.jsonmerge import merge_patch  # noqa: E402
 from tests.support.jobspecs import cluster_job  # noqa: E402
 

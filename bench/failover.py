@@ -23,8 +23,8 @@ from pathlib import Path
 from kubernetes import client
 
 import common
-from mmrl_local.kuberay_standin import KubeRayStandIn
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
+from mmrl_local.standin.kuberay_standin import KubeRayStandIn
 from tests.support.operator import Jobs
 
 NS = "failover"

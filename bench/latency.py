@@ -40,8 +40,8 @@ from kubernetes import client
 
 import common
 from mmrl_api import constants as c
-from mmrl_local.kuberay_operator import KubeRayOperator
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.kuberay_operator import KubeRayOperator
+from mmrl_local.addons.operator_process import OperatorProcess
 from tests.support.operator import Jobs
 
 OURS, THEIRS = "lat-mmrl", "lat-kuberay"

@@ -1,4 +1,4 @@
-"""What the local pod network costs (local/mmrl_local/podnet.py): making and removing a pod's network namespace,
+"""What the local pod network costs (local/mmrl_local/network/podnet.py): making and removing a pod's network namespace,
 how long a deleted pod's namespace outlives it (the reaper polls), and what the apiserver relay adds to a request
 made from inside a pod compared with the same request from this machine's own network.
 
@@ -22,8 +22,11 @@ from pathlib import Path
 from kubernetes import client
 
 import common
-from mmrl_local import build, nodes, podnet, podrun
-from mmrl_local.controlplane import ControlPlane
+from mmrl_local.cluster import nodes
+from mmrl_local.cluster.controlplane import ControlPlane
+from mmrl_local.network import podnet
+from mmrl_local.node import podrun
+from mmrl_local.toolchain import build
 
 NS = "bench-podnet"
 # Run inside the pod and on the host alike: n GETs of /version, kept alive and fresh; prints seconds per request.

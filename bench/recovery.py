@@ -24,9 +24,9 @@ from pathlib import Path
 from kubernetes import client
 
 import common
-from mmrl_local import nodes
-from mmrl_local.kuberay_standin import KubeRayStandIn
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
+from mmrl_local.cluster import nodes
+from mmrl_local.standin.kuberay_standin import KubeRayStandIn
 from mmrl_operator.core.observed import raycluster_ready
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, wait_until

@@ -28,7 +28,7 @@ from typing import Any
 import common
 from mmrl_api import MultimodalRLJob
 from mmrl_api.model_server import parse_server
-from mmrl_local import vllm_cpu
+from mmrl_local.toolchain import vllm_cpu
 from mmrl_operator.core.builders.inference import Adapter, build_deployment
 from mmrl_operator.core.builders.model_server import build_server_deployment
 from mmrl_trainer.tiny import build_tiny_vlm

@@ -17,9 +17,9 @@ from pathlib import Path
 from kubernetes import client
 
 import common
-from mmrl_local import build
-from mmrl_local.controlplane import ControlPlane
-from mmrl_local.crd_install import install_mmrl_crd
+from mmrl_local.cluster.controlplane import ControlPlane
+from mmrl_local.cluster.crd_install import install_mmrl_crd
+from mmrl_local.toolchain import build
 from tests.support import validation_agreement as agreement
 
 NS = "bench-validation"

@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from mmrl_local import build, kueue_build, procs
+from mmrl_local.common import procs
+from mmrl_local.toolchain import build, kueue_build
 
 
 def state_dir() -> Path:
@@ -57,7 +58,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_images(args: argparse.Namespace) -> int:
-    from mmrl_local import images_build
+    from mmrl_local.toolchain import images_build
 
     started = time.monotonic()
     facts = images_build.build_operator()
@@ -77,9 +78,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_detached(args)
     from kubernetes import client
 
-    from mmrl_local import nodes
-    from mmrl_local.controlplane import ControlPlane
-    from mmrl_local.kuberay_standin import KubeRayStandIn
+    from mmrl_local.cluster import nodes
+    from mmrl_local.cluster.controlplane import ControlPlane
+    from mmrl_local.standin.kuberay_standin import KubeRayStandIn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     workdir = state_dir() / "cluster"
@@ -153,7 +154,7 @@ def _up_detached(args: argparse.Namespace) -> int:
 
 
 def _remove_network_leftovers() -> None:
-    from mmrl_local import podnet
+    from mmrl_local.network import podnet
 
     removed = podnet.remove_leftovers()
     if removed:

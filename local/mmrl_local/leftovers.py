@@ -23,13 +23,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmrl_local import build, podnet, procs
+from mmrl_local.common import procs
+from mmrl_local.network import podnet
+from mmrl_local.toolchain import build
 
 NETNS_PREFIX = "mmrl-"  # every network namespace local/ creates (podnet.netns_name, the probes)
 LINK_PREFIX = "mm"  # every link local/ creates (podnet.bridge_name, podnet.veth_name)
 CONTROL_PLANE_BINARIES = frozenset({*build.BINARIES, build.KUBERAY_BINARY})
-CONTROL_PLANE_MODULES = ("mmrl_local.tcpforward", "mmrl_operator.cli")  # the apiserver relay, the operator
-POD_LAUNCHER = "mmrl_local.mountns"
+CONTROL_PLANE_MODULES = ("mmrl_local.network.tcpforward", "mmrl_operator.cli")  # the apiserver relay, the operator
+POD_LAUNCHER = "mmrl_local.node.mountns"
 
 
 @dataclass(frozen=True)

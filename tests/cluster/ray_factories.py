@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mmrl_api.constants import TRAINER_RAY_VERSION
-from mmrl_local import hyperpod as hp
+from mmrl_local.cluster import hyperpod as hp
 
 RAY = ("ray.io", "v1")
 

@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from mmrl_local import build
+from mmrl_local.toolchain import build
 from tests.cluster.ray_factories import RAY, raycluster
 
 pytestmark = pytest.mark.cluster

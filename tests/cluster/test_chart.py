@@ -15,9 +15,10 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import build, crds
-from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
-from mmrl_local.operator_release import RESTRICTED
+from mmrl_local.addons.operator_release import RESTRICTED
+from mmrl_local.cluster import crds
+from mmrl_local.cluster.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_local.toolchain import build
 from mmrl_operator.codegen import chart
 from mmrl_operator.codegen.crd import KINDS, build_crd
 from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY

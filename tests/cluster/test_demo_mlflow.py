@@ -20,9 +20,10 @@ from kubernetes import client
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_local import mlflow_server, storage
+from mmrl_local.addons import mlflow_server
+from mmrl_local.cluster import storage
 from mmrl_local.demo import Demo
-from mmrl_local.kubelet import Kubelet
+from mmrl_local.node.kubelet import Kubelet
 from mmrl_operator.cli.plot import from_mlflow
 from mmrl_operator.cli.render import as_submitted, render_objects
 from tests.support.demo import make_demo as demo_on

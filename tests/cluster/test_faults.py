@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import hyperpod as hp
-from mmrl_local.nodes import report_fault
+from mmrl_local.cluster import hyperpod as hp
+from mmrl_local.cluster.nodes import report_fault
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 from tests.support.standin_trainer import StandInTrainer

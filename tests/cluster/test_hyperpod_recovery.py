@@ -13,9 +13,9 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_local import hyperpod as hp
-from mmrl_local import nodes
-from mmrl_local.kueue_incluster import queues
+from mmrl_local.addons.kueue_incluster import queues
+from mmrl_local.cluster import hyperpod as hp
+from mmrl_local.cluster import nodes
 from mmrl_operator.core.names import config_map_name
 from tests.cluster.test_faults import ray_notices_later, ray_pod, start_training
 from tests.support.jobspecs import MULTI_NODE, cluster_job

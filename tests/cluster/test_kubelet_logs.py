@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from mmrl_local.kubelet import Kubelet
+from mmrl_local.node.kubelet import Kubelet
 from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mmrl_local import mlflow_server
-from mmrl_local.kubelet import Kubelet
+from mmrl_local.addons import mlflow_server
+from mmrl_local.node.kubelet import Kubelet
 from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster

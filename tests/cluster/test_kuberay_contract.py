@@ -72,7 +72,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from mmrl_api.spec import TrainerSpec
-from mmrl_local import procs
+from mmrl_local.common import procs
 from mmrl_operator.core.observed import raycluster_ready
 from tests.cluster.ray_factories import RAY, raycluster, rayjob
 from tests.support.kuberay_views import (

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from mmrl_local import kuberay_standin, procs
+from mmrl_local.common import procs
+from mmrl_local.standin import kuberay_standin
 from tests.cluster.ray_factories import RAY, raycluster, rayjob
 
 pytestmark = pytest.mark.cluster

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import kueue_webhook
-from mmrl_local.kueue_incluster import priority_class, queues
+from mmrl_local.addons import kueue_webhook
+from mmrl_local.addons.kueue_incluster import priority_class, queues
 from mmrl_operator.core.jsonmerge import merge_patch
 from tests.cluster.test_kueue_webhook import KUEUE_CASES, rendered_without_kueue_rules
 from tests.support.corpus import bad_manifest

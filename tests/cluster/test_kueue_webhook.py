@@ -1,6 +1,6 @@
 """What mmrl refuses at admission because Kueue would refuse the RayCluster is what Kueue's own webhook refuses.
 
-Kueue's RayCluster webhook (the pinned sigs.k8s.io/kueue module, run by mmrl_local.kueue_webhook) judges the
+Kueue's RayCluster webhook (the pinned sigs.k8s.io/kueue module, run by mmrl_local.addons.kueue_webhook) judges the
 RayClusters the operator builds: from every example and edge-of-valid job it must admit them, and from every
 bad_specs.yaml case marked `kueue: true` (job specs mmrl refuses, built here with the Kueue rules bypassed) it must
 refuse them. The label changes mmrl allows only while a job is suspended are refused by Kueue as updates of a
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mmrl_api import MultimodalRLJob, WorkerGroup, parse_job
-from mmrl_local import kueue_webhook
+from mmrl_local.addons import kueue_webhook
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support.corpus import bad_cases, bad_manifest, example, good_cases

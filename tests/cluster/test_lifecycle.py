@@ -11,14 +11,15 @@ import sys
 
 import pytest
 
-from mmrl_local import build, procs
-from mmrl_local.controlplane import ControlPlane
+from mmrl_local.cluster.controlplane import ControlPlane
+from mmrl_local.common import procs
+from mmrl_local.toolchain import build
 
 pytestmark = pytest.mark.cluster
 
 STARTER = """
 import json, sys, time
-from mmrl_local.controlplane import ControlPlane
+from mmrl_local.cluster.controlplane import ControlPlane
 cp = ControlPlane(install_kuberay_crds=False).start()
 print(json.dumps(cp.pids), flush=True)
 time.sleep(600)

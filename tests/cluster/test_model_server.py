@@ -15,7 +15,7 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_api.model_server import DEFAULT_VLLM_IMAGE
-from mmrl_local import storage
+from mmrl_local.cluster import storage
 from tests.support.operator import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import re
 import pytest
 from kubernetes import client
 
-from mmrl_local import hyperpod as hp
+from mmrl_local.cluster import hyperpod as hp
 from tests.cluster.test_workloads import deployment
 
 pytestmark = pytest.mark.cluster

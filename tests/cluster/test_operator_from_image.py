@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mmrl_local import images_build, nodes, operator_release
-from mmrl_local.kubelet import Kubelet
+from mmrl_local.addons import operator_release
+from mmrl_local.cluster import nodes
+from mmrl_local.node.kubelet import Kubelet
+from mmrl_local.toolchain import images_build
 from tests.support.audit import requests_by
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until

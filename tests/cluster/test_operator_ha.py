@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mmrl_local.operator_process import CRASH_AFTER_WRITES
+from mmrl_local.addons.operator_process import CRASH_AFTER_WRITES
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import OperatorProcess, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
 RECONCILES = "mmrl_reconcile_duration_seconds_count"  # observed at the end of every pass that read its job
 STANDING_BY, LEADER = "mmrl_queue_standing_by", "mmrl_leader"
-INJECTED_EXIT = 137  # mmrl_local.crashing's os._exit after the operator's k-th write; a SIGKILL reads -9
+INJECTED_EXIT = 137  # mmrl_local.addons.crashing's os._exit after the operator's k-th write; a SIGKILL reads -9
 
 
 def served_a_pass(op: OperatorProcess) -> bool:
@@ -126,7 +126,7 @@ def test_killed_at_random_points_never_duplicates_and_converges(
         assert time.monotonic() < deadline, f"did not converge after {kills} kills"
         if kills % 2 == 0:
             # Exit right after the k-th write of this process: lands between any two API calls of a pass.
-            env = {CRASH_AFTER_WRITES: str(rng.randint(1, 6))}  # the operator, run by mmrl_local.crashing
+            env = {CRASH_AFTER_WRITES: str(rng.randint(1, 6))}  # the operator, run by mmrl_local.addons.crashing
             op = OperatorProcess(control_plane.kubeconfig, tmp_path / "op.log", namespaces=[jobs.ns], env=env).start()
             wait_until(lambda op=op: not op.alive or served_a_pass(op), 90, interval=0.05, what="a write or a pass")
             if op.alive:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmrl_local import hyperpod as hp
+from mmrl_local.cluster import hyperpod as hp
 from mmrl_operator.cli.status import render_status
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until

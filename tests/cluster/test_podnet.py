@@ -1,4 +1,4 @@
-"""Pods that run for real get their own network namespace on the real control plane (``mmrl_local.podnet``): the
+"""Pods that run for real get their own network namespace on the real control plane (``mmrl_local.network.podnet``): the
 pod IP lives only inside it, the host's loopback keeps only loopback addresses, nothing in the cluster's ranges is
 routed out of a real interface, a pod reaches the apiserver with its own ServiceAccount token, the apiserver's
 proxy reaches the pod, and every namespace, veth and bridge goes with its pod, its node, its run — or, after the run
@@ -21,8 +21,11 @@ from kubernetes.dynamic import DynamicClient
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_local import nodes, podnet, podrun, procs
-from mmrl_local.crd_install import install_mmrl_crd
+from mmrl_local.cluster import nodes
+from mmrl_local.cluster.crd_install import install_mmrl_crd
+from mmrl_local.common import procs
+from mmrl_local.network import podnet
+from mmrl_local.node import podrun
 from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.names import service_account_name
 from tests.support.jobspecs import cluster_job
@@ -256,7 +259,7 @@ def test_a_run_leaves_nothing_behind_when_it_stops_or_after_it_was_killed(
 
 
 def test_without_root_the_run_says_why_in_one_line_and_makes_no_pod_network(monkeypatch, tmp_path) -> None:
-    from mmrl_local.controlplane import ControlPlane
+    from mmrl_local.cluster.controlplane import ControlPlane
 
     monkeypatch.setattr(podnet.os, "geteuid", lambda: 1000)
     podnet.unavailable_reason.cache_clear()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import podnet
+from mmrl_local.network import podnet
 from tests.cluster.test_podnet import names_on_host, plain_pod, running, spawn
 from tests.support.polling import wait_until
 
@@ -31,7 +31,7 @@ def own_network(control_plane, pod_network, api_client, tmp_path: Path) -> Itera
 def test_the_reaper_survives_a_release_that_raises_and_removes_the_namespace_next_pass(
     own_network, core, namespace, hyperpod_nodes, tmp_path, monkeypatch, caplog
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="mmrl_local.loops")
+    caplog.set_level(logging.ERROR, logger="mmrl_local.common.loops")
     pod = running(core, namespace, plain_pod("flaky", hyperpod_nodes.cpu()))
     box = own_network.sandbox(pod)
     sleeper = spawn(pod, box, ["sleep", "600"], tmp_path, "sleeper")
@@ -49,7 +49,7 @@ def test_the_reaper_survives_a_release_that_raises_and_removes_the_namespace_nex
     assert calls == [box.netns, box.netns]
     assert own_network._reaper is not None and own_network._reaper.is_alive()
     wait_until(lambda: sleeper.poll() is not None, 10, what="the pod's process to be stopped")
-    [record] = [r for r in caplog.records if r.name == "mmrl_local.loops"]
+    [record] = [r for r in caplog.records if r.name == "mmrl_local.common.loops"]
     assert "pod-network reaper" in record.getMessage()
     assert record.exc_info is not None and isinstance(record.exc_info[1], ProcessLookupError)
 

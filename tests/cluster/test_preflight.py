@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 

@@ -1,5 +1,5 @@
 """The RayCluster and RayJobs the operator builds, run by the REAL KubeRay operator (ray-operator v1.5.1 built from
-its Go module, see mmrl_local.kuberay_operator) instead of the stand-in, on fake HyperPod nodes run by kwok.
+its Go module, see mmrl_local.addons.kuberay_operator) instead of the stand-in, on fake HyperPod nodes run by kwok.
 
 The first test in a session on a cold cache compiles KubeRay (3 to 5 minutes on 2 cores; cached under
 ~/.cache/mmrl/bin/kuberay-<key>/ afterwards, milliseconds): `make test` stays as fast as before for every other
@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import storage
-from mmrl_local.kuberay_operator import KubeRayOperator
+from mmrl_local.addons.kuberay_operator import KubeRayOperator
+from mmrl_local.cluster import storage
 from tests.support.corpus import example
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import dynamic
 
 from mmrl_api import validate_manifest
-from mmrl_local import storage
+from mmrl_local.cluster import storage
 from mmrl_operator.cli.render import as_submitted, render_objects
 from tests.support.corpus import example
 from tests.support.operator import wait_until

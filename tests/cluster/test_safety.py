@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 

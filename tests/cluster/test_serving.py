@@ -14,8 +14,9 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import podrun, procs
-from mmrl_local.kubelet import running_pod
+from mmrl_local.common import procs
+from mmrl_local.node import podrun
+from mmrl_local.node.kubelet import running_pod
 from tests.support import misbehaving_server
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until

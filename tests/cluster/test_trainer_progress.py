@@ -12,7 +12,7 @@ from kubernetes.dynamic import DynamicClient
 
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
-from mmrl_local.crd_install import install_mmrl_crd
+from mmrl_local.cluster.crd_install import install_mmrl_crd
 from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.names import service_account_name
 from mmrl_trainer.checkpoint import Checkpoint

@@ -22,8 +22,8 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import hyperpod as hp
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
+from mmrl_local.cluster import hyperpod as hp
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, wait_until
 

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from mmrl_local import mlflow_server, podnet
+from mmrl_local.addons import mlflow_server
+from mmrl_local.addons.operator_release import Release
 from mmrl_local.demo import Demo
-from mmrl_local.operator_release import Release
+from mmrl_local.network import podnet
 from mmrl_operator.cli.chat import ask
 from mmrl_operator.cli.logs import read_logs
 from mmrl_operator.cli.plot import from_tensorboard

@@ -21,10 +21,16 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_api import parse_job
-from mmrl_local import storage
+from mmrl_local.cluster import storage
+from mmrl_local.cluster.nodes import (
+    DEDICATED_LABEL,
+    create_cpu_node,
+    create_dedicated_node,
+    dedicated_taint,
+    delete_node,
+)
 from mmrl_local.demo_shared import KeepAsking
-from mmrl_local.kubelet import Kubelet
-from mmrl_local.nodes import DEDICATED_LABEL, create_cpu_node, create_dedicated_node, dedicated_taint, delete_node
+from mmrl_local.node.kubelet import Kubelet
 from mmrl_operator.cli.chat import ask, ask_server
 from mmrl_operator.cli.rollback import pins_after, previous_target
 from mmrl_operator.core.names import job_dir

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 
-from mmrl_local import image_run, images_build
+from mmrl_local.node import image_run
+from mmrl_local.toolchain import images_build
 
 
 def test_working_containers_of_dead_processes_are_removed_and_live_ones_kept() -> None:

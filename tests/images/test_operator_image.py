@@ -3,8 +3,8 @@ itself: its processes run as a non-root uid, it holds no compiler, its Python ca
 answers `--help` within 5 s.
 
 Each process starts from the image's config (entrypoint, user, env, working directory) through runc
-(``mmrl_local.image_run``), under the chart's restricted pod security (read-only root, no capabilities). 5 s is half
-the chart's liveness probe delay (initialDelaySeconds 10): the operator must be through its imports well before its
+(``mmrl_local.node.image_run``), under the chart's restricted pod security (read-only root, no capabilities). 5 s is
+half the chart's liveness probe delay (initialDelaySeconds 10): the operator must be through its imports well before its
 first probe. Measured here: 0.3 s warm, 1.5 s with a cold page cache.
 """
 
@@ -15,7 +15,8 @@ import shlex
 
 import pytest
 
-from mmrl_local import image_run, images_build
+from mmrl_local.node import image_run
+from mmrl_local.toolchain import images_build
 
 HELP_SECONDS = 5.0
 COMPILERS = ("cc", "c++", "gcc", "g++", "cpp", "clang", "clang++", "tcc", "c89", "c99")

@@ -1,5 +1,5 @@
-"""Read the local apiserver's audit log (see mmrl_local.controlplane.AUDIT_POLICY): every resource request one user
-made, with the answer it got."""
+"""Read the local apiserver's audit log (``mmrl_local.cluster.controlplane.AUDIT_POLICY``): every resource request one
+user made, with the answer it got."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The Helm chart in tests: run helm with throwaway homes (``mmrl_local.helm.Helm``), render the chart to objects,
-apply or delete rendered objects with the admin client, and give a chart ServiceAccount its own kubeconfig (a
+"""The Helm chart in tests: run helm with throwaway homes (``mmrl_local.common.helm.Helm``), render the chart to
+objects, apply or delete rendered objects with the admin client, and give a chart ServiceAccount its own kubeconfig (a
 TokenRequest token)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from mmrl_local import apply
-from mmrl_local.helm import Helm
+from mmrl_local.common import apply
+from mmrl_local.common.helm import Helm
 from mmrl_operator.codegen.chart import CHART_DIR as CHART
 
 __all__ = [

@@ -22,17 +22,19 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local import build, images_build, nodes, operator_release
-from mmrl_local import hyperpod as hp
-from mmrl_local.controlplane import AUDITED_NAMESPACE, ControlPlane
-from mmrl_local.crd_install import install_mmrl_crd, install_trainer_status_policy
-from mmrl_local.forkserver import ForkServer
-from mmrl_local.kubelet import Kubelet
-from mmrl_local.kuberay_incluster import KubeRayInCluster
-from mmrl_local.kuberay_standin import KubeRayStandIn
-from mmrl_local.kueue_incluster import KueueInCluster
-from mmrl_local.operator_process import FORKSERVER_ENV, PREIMPORT
-from mmrl_local.podnet import PodNetwork
+from mmrl_local.addons import operator_release
+from mmrl_local.addons.kuberay_incluster import KubeRayInCluster
+from mmrl_local.addons.kueue_incluster import KueueInCluster
+from mmrl_local.addons.operator_process import FORKSERVER_ENV, PREIMPORT
+from mmrl_local.cluster import hyperpod as hp
+from mmrl_local.cluster import nodes
+from mmrl_local.cluster.controlplane import AUDITED_NAMESPACE, ControlPlane
+from mmrl_local.cluster.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_local.common.forkserver import ForkServer
+from mmrl_local.network.podnet import PodNetwork
+from mmrl_local.node.kubelet import Kubelet
+from mmrl_local.standin.kuberay_standin import KubeRayStandIn
+from mmrl_local.toolchain import build, images_build
 from tests.support.chart import Helm
 from tests.support.operator import Jobs, OperatorProcess
 from tests.support.polling import wait_until

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mmrl_local import build
 from mmrl_local.demo import Demo
+from mmrl_local.toolchain import build
 
 
 def say_flushed(line: str) -> None:

@@ -1,5 +1,6 @@
 """Reading what the real Kueue did (tests/cluster/test_kueue.py, test_hyperpod_recovery.py): the Workload it made for
-a RayCluster (mmrl_local.kueue_incluster), its conditions, and a quota that fits exactly what a Workload requests."""
+a RayCluster (``mmrl_local.addons.kueue_incluster``), its conditions, and a quota that fits exactly what a Workload
+requests."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from mmrl_local import kueue_incluster
-from mmrl_local.kueue_incluster import GROUP, VERSION, workload_of
+from mmrl_local.addons import kueue_incluster
+from mmrl_local.addons.kueue_incluster import GROUP, VERSION, workload_of
 
 
 def workload_condition(custom: client.CustomObjectsApi, ns: str, cluster: str, type_: str) -> str | None:

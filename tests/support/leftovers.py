@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from mmrl_local import leftovers, procs
+from mmrl_local import leftovers
+from mmrl_local.common import procs
 
 _RUN = pytest.StashKey[tuple[str, str | None, leftovers.Snapshot]]()
 SETTLE_SECONDS = 10.0  # processes SIGKILLed by the last teardown may still be exiting

@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local.operator_process import OperatorProcess
+from mmrl_local.addons.operator_process import OperatorProcess
 from tests.support import polling
 
 __all__ = ["Jobs", "OperatorProcess", "phases_until_done", "wait_until"]

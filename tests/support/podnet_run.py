@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from mmrl_local import podrun
-from mmrl_local.podnet import PodNetwork
+from mmrl_local.network.podnet import PodNetwork
+from mmrl_local.node import podrun
 
 
 def main(argv: list[str]) -> int:

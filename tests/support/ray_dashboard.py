@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from mmrl_local import rest
+from mmrl_local.common import rest
 
 
 def ray_jobs(api_client: client.ApiClient, namespace: str, cluster: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mmrl_local.controlplane import free_port
+from mmrl_local.cluster.controlplane import free_port
 
 
 def moto_server() -> str | None:

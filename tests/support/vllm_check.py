@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from mmrl_local import vllm_cpu
+from mmrl_local.toolchain import vllm_cpu
 
 _CHECK = r"""
 import json, sys
@@ -74,5 +74,5 @@ def vllm_verdict(python: Path, request: dict[str, Any], timeout: float = 900) ->
 
 
 def serving_python() -> Path:
-    """The vLLM the local demo serves with (mmrl_local.vllm_cpu, built on first use)."""
+    """The vLLM the local demo serves with (mmrl_local.toolchain.vllm_cpu, built on first use)."""
     return Path(vllm_cpu.ensure()) / "python"

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mmrl_local import procs, vllm_cpu
-from mmrl_local.controlplane import free_port
+from mmrl_local.cluster.controlplane import free_port
+from mmrl_local.common import procs
+from mmrl_local.toolchain import vllm_cpu
 from tests.support.polling import wait_until
 from tests.support.skyrl import skyrl_python
 

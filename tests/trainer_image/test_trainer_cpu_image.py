@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 
-from mmrl_local import image_run, images_build
-from mmrl_local.mountns import Mount
+from mmrl_local.node import image_run
+from mmrl_local.node.mountns import Mount
+from mmrl_local.toolchain import images_build
 
 
 def test_selftest_passes_in_the_cpu_trainer_image(tmp_path) -> None:

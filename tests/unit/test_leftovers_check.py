@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import podnet, procs
+from mmrl_local.common import procs
+from mmrl_local.network import podnet
 
 # Both files add unregistered namespaces and links that the other's snapshots would count: in a parallel run
 # (pytest-xdist) they share one worker, so they never run at the same time (tests/conftest.py, _SHARE_A_WORKER).
 
 LEAKS = """
 import os, subprocess
-from mmrl_local import podnet
+from mmrl_local.network import podnet
 
 def test_leaks():
     podnet.ip("netns", "add", os.environ["LEAK_NETNS"])
@@ -34,7 +35,7 @@ def test_cleans_up():
 
 CLEAN = """
 import os, subprocess
-from mmrl_local import podnet
+from mmrl_local.network import podnet
 
 def test_cleans_up():
     podnet.ip("netns", "add", os.environ["LEAK_NETNS"])

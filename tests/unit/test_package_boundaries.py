@@ -86,13 +86,15 @@ def test_every_operator_module_is_in_a_layer() -> None:
     assert {layer_of(p) for p in OPERATOR.rglob("*.py")} - {""} == set(LAYERS_MAY_IMPORT)
 
 
-def layer_violations(layer: str, sources: list[Path]) -> list[str]:
-    allowed = LAYERS_MAY_IMPORT[layer]
+def layer_violations(
+    layer: str, sources: list[Path], package: str = "mmrl_operator", table: dict[str, set[str]] | None = None
+) -> list[str]:
+    allowed = (table or LAYERS_MAY_IMPORT)[layer]
     wrong = []
     for source in sources:
         for line, name in imported_modules(source):
             parts = name.split(".")
-            if parts[0] != "mmrl_operator" or len(parts) == 1:
+            if parts[0] != package or len(parts) == 1:
                 continue
             inner = ".".join(parts[1:])
             if not any(inner == a or inner.startswith(f"{a}.") or a.startswith(f"{inner}.") for a in allowed):
@@ -129,3 +131,40 @@ def test_the_layer_check_sees_a_wrong_import(tmp_path: Path) -> None:
     ]
     assert layer_violations("codegen", [module]) == ["m.py:1 imports mmrl_operator.runtime.kube"]
     assert layer_violations("cli", [module]) == []
+
+
+# The local harness's layers (local/mmrl_local/__init__.py says what each is): each subpackage imports only itself and
+# those below it; the top-level modules (entry points: __main__, demo, leftovers...) may use any.
+LOCAL = ROOT / "local" / "mmrl_local"
+LOCAL_LAYERS_MAY_IMPORT = {
+    "common": {"common"},
+    "toolchain": {"common", "toolchain"},
+    "network": {"common", "network"},
+    "cluster": {"common", "toolchain", "network", "cluster"},
+    "node": {"common", "toolchain", "network", "cluster", "node"},
+    "standin": {"common", "network", "cluster", "node", "standin"},
+    "addons": {"common", "toolchain", "network", "cluster", "node", "standin", "addons"},
+}
+
+
+def test_every_local_subpackage_is_a_layer() -> None:
+    subpackages = {p.parent.name for p in LOCAL.glob("*/__init__.py")}
+    assert subpackages == set(LOCAL_LAYERS_MAY_IMPORT)
+    deeper = [p.relative_to(LOCAL).as_posix() for p in LOCAL.rglob("*.py") if len(p.relative_to(LOCAL).parts) > 2]
+    assert deeper == []
+
+
+@pytest.mark.parametrize("layer", sorted(LOCAL_LAYERS_MAY_IMPORT))
+def test_a_local_layer_imports_only_the_layers_below_it(layer: str) -> None:
+    sources = sorted((LOCAL / layer).rglob("*.py"))
+    assert layer_violations(layer, sources, "mmrl_local", LOCAL_LAYERS_MAY_IMPORT) == []
+
+
+def test_the_local_layer_check_sees_a_wrong_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from mmrl_local.node import kubelet\nfrom mmrl_local.common import procs\n")
+    assert layer_violations("cluster", [module], "mmrl_local", LOCAL_LAYERS_MAY_IMPORT) == [
+        "m.py:1 imports mmrl_local.node",
+        "m.py:1 imports mmrl_local.node.kubelet",
+    ]
+    assert layer_violations("node", [module], "mmrl_local", LOCAL_LAYERS_MAY_IMPORT) == []

@@ -1,4 +1,4 @@
-// Wrapper module: pins Kueue. Its controller manager (the tool below) runs in the local cluster (mmrl_local.kueue_incluster); main.go runs its RayCluster webhook checks on mmrl's RayClusters (mmrl_local.kueue_webhook).
+// Wrapper module: pins Kueue. Its controller manager (the tool below) runs in the local cluster (mmrl_local.addons.kueue_incluster); main.go runs its RayCluster webhook checks on mmrl's RayClusters (mmrl_local.addons.kueue_webhook).
 // Every module it shares with go/kube is at the same version there (tests/unit/local/test_go_modules_aligned.py).
 module mmrl.local/go/kueue
 

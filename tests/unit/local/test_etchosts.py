@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmrl_local import etchosts
+from mmrl_local.network import etchosts
 
 
 def pod(name="rc-w-worker-x", ip="10.244.128.7", **spec) -> dict:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import procs
-from mmrl_local.forkserver import ForkServer
-from mmrl_local.operator_process import PREIMPORT
+from mmrl_local.addons.operator_process import PREIMPORT
+from mmrl_local.common import procs
+from mmrl_local.common.forkserver import ForkServer
 from tests.support.polling import wait_until
 
 CHILD = "tests.support.forkchild"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from mmrl_local import controlplane
+from mmrl_local.cluster import controlplane
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_can_be_bound() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmrl_local import build
+from mmrl_local.toolchain import build
 
 
 def test_the_go_toolchain_runs_without_its_collector_up_to_a_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mmrl_local import build
+from mmrl_local.toolchain import build
 
 # Kueue imports a few helpers of k8s.io/kubernetes at the version its own release was built with; raising them to the
 # control plane's would change Kueue's behaviour, for the few packages concerned.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import images_build
+from mmrl_local.toolchain import images_build
 
 ROOT = Path(__file__).resolve().parents[3]
 

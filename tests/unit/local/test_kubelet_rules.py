@@ -5,9 +5,9 @@ from __future__ import annotations
 import http.server
 import threading
 
-from mmrl_local import hyperpod as hp
-from mmrl_local.kubelet import node_status
-from mmrl_local.probes import ProbeState, run_http, run_tcp
+from mmrl_local.cluster import hyperpod as hp
+from mmrl_local.node.kubelet import node_status
+from mmrl_local.node.probes import ProbeState, run_http, run_tcp
 
 
 def node(annotations: dict | None = None, conditions: list | None = None) -> dict:

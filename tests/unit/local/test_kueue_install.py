@@ -7,8 +7,8 @@ import base64
 
 import yaml
 
-from mmrl_local import kueue_incluster as k
-from mmrl_local.certs import service_serving
+from mmrl_local.addons import kueue_incluster as k
+from mmrl_local.common.certs import service_serving
 
 CA = service_serving("test-ca", [f"{k.WEBHOOK_SERVICE}.{k.NAMESPACE}.svc"])
 SCOPED = {"matchLabels": {k.NAMESPACE_LABEL: "true"}}

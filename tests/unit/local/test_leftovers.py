@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import leftovers, podnet, procs
+from mmrl_local import leftovers
+from mmrl_local.common import procs
+from mmrl_local.network import podnet
 from tests.support.polling import wait_until
 
 # Both files add unregistered namespaces and links that the other's snapshots would count: in a parallel run
@@ -154,7 +156,7 @@ def test_pod_and_control_plane_processes_carrying_the_mark_are_reported(tmp_path
     pod = subprocess.Popen(["unshare", "--mount", "sleep", "60"], env=marked_env(token))
     unmarked = subprocess.Popen(["unshare", "--mount", "sleep", "60"])
     listener = socket.create_server(("127.0.0.1", 0))
-    relay_argv = [sys.executable, "-m", "mmrl_local.tcpforward", str(listener.fileno()), "127.0.0.1", "1"]
+    relay_argv = [sys.executable, "-m", "mmrl_local.network.tcpforward", str(listener.fileno()), "127.0.0.1", "1"]
     relay = subprocess.Popen(relay_argv, env=marked_env(token), pass_fds=(listener.fileno(),))
     listener.close()
     try:
@@ -184,7 +186,7 @@ def test_the_wrapper_passes_the_commands_status_through_when_nothing_is_left() -
 LEAVES_A_RELAY = """
 import socket, subprocess, sys
 listener = socket.create_server(("127.0.0.1", 0))
-argv = [sys.executable, "-m", "mmrl_local.tcpforward", str(listener.fileno()), "127.0.0.1", "1"]
+argv = [sys.executable, "-m", "mmrl_local.network.tcpforward", str(listener.fileno()), "127.0.0.1", "1"]
 quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # it must not hold the test's pipes open
 relay = subprocess.Popen(argv, pass_fds=(listener.fileno(),), start_new_session=True, **quiet)
 print(relay.pid, flush=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local.kubelet_logs import LogServer
+from mmrl_local.node.kubelet_logs import LogServer
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:
@@ -28,7 +28,7 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 def test_a_request_that_raises_is_logged_and_the_next_is_served(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="mmrl_local.kubelet_logs")
+    caplog.set_level(logging.ERROR, logger="mmrl_local.node.kubelet_logs")
     output = tmp_path / "main.log"
     output.write_bytes(b"hello from the container\n")
     asked: list[str] = []
@@ -46,5 +46,5 @@ def test_a_request_that_raises_is_logged_and_the_next_is_served(
         assert get(server.port, "/containerLogs/ns/fine/main") == (200, b"hello from the container\n")
     finally:
         server.close()
-    [record] = [r for r in caplog.records if r.name == "mmrl_local.kubelet_logs"]
+    [record] = [r for r in caplog.records if r.name == "mmrl_local.node.kubelet_logs"]
     assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)

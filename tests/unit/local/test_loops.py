@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mmrl_local.loops import run_passes
+from mmrl_local.common.loops import run_passes
 
 
 def start(target, *args, **kwargs) -> threading.Thread:
@@ -19,7 +19,7 @@ def start(target, *args, **kwargs) -> threading.Thread:
 
 
 def test_a_pass_that_raises_is_logged_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="mmrl_local.loops")
+    caplog.set_level(logging.ERROR, logger="mmrl_local.common.loops")
     stop, later = threading.Event(), threading.Event()
     passes: list[int] = []
     errors: list[Exception] = []
@@ -39,7 +39,7 @@ def test_a_pass_that_raises_is_logged_and_the_loop_goes_on(caplog: pytest.LogCap
         thread.join(10)
     assert not thread.is_alive()
     assert [str(e) for e in errors] == ["the second pass breaks"]
-    [record] = [r for r in caplog.records if r.name == "mmrl_local.loops"]
+    [record] = [r for r in caplog.records if r.name == "mmrl_local.common.loops"]
     assert record.levelno == logging.ERROR and "test-loop" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is ValueError  # the traceback is in the log
 

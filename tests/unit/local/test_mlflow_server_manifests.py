@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmrl_local import mlflow_server as m
+from mmrl_local.addons import mlflow_server as m
 from mmrl_local.demo import Summary
 
 

@@ -1,4 +1,4 @@
-"""How a pod's container and its image's config become runc's config.json (``mmrl_local.oci_spec``), by Kubernetes'
+"""How a pod's container and its image's config become runc's config.json (``mmrl_local.node.oci_spec``), by Kubernetes'
 rules: command/args over Entrypoint/Cmd, securityContext over the image's user, runAsNonRoot refusals, capabilities
 from the runtime default, a read-only root, volumes as bind mounts, the pod's network namespace."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import oci_spec
-from mmrl_local.mountns import Mount
+from mmrl_local.node import oci_spec
+from mmrl_local.node.mountns import Mount
 
 PASSWD = (
     "root:x:0:0:root:/root:/bin/sh\nmmrl:x:10001:10002::/nonexistent:/bin/false\nray:x:1000:100::/home/ray:/bin/sh\n"

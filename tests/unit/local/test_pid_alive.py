@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local import procs
+from mmrl_local.common import procs
 from tests.support.polling import wait_until
 
 

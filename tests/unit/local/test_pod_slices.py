@@ -7,7 +7,8 @@ import ipaddress
 
 import pytest
 
-from mmrl_local import kubelet, podnet
+from mmrl_local.network import podnet
+from mmrl_local.node import kubelet
 
 
 def test_without_a_slice_a_run_has_the_whole_range(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from mmrl_local.probes import ProbeState
+from mmrl_local.node.probes import ProbeState
 
 
 def probe_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "mmrl_local.probes" and r.exc_info]
+    return [r for r in caplog.records if r.name == "mmrl_local.node.probes" and r.exc_info]
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ def probe_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     ],
 )
 def test_a_probe_that_cannot_be_run_fails_and_is_logged(spec: dict, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="mmrl_local.probes")
+    caplog.set_level(logging.ERROR, logger="mmrl_local.node.probes")
     probe = ProbeState({**spec, "failureThreshold": 1, "timeoutSeconds": 1})
     ok = probe.check("127.0.0.1", None, {}, {})
     assert ok is False and probe.record(ok, 1.0) is False
@@ -35,7 +35,7 @@ def test_a_probe_that_cannot_be_run_fails_and_is_logged(spec: dict, caplog: pyte
 
 
 def test_a_server_that_does_not_speak_http_fails_the_probe_quietly(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="mmrl_local.probes")
+    caplog.set_level(logging.ERROR, logger="mmrl_local.node.probes")
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mmrl_local import tcpforward
+from mmrl_local.network import tcpforward
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def echo_port() -> Iterator[int]:
 def test_one_failing_connection_is_logged_and_the_next_is_relayed(
     echo_port: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="mmrl_local.tcpforward")
+    caplog.set_level(logging.ERROR, logger="mmrl_local.network.tcpforward")
     real_open = asyncio.open_connection
     calls: list[int] = []
 
@@ -79,5 +79,5 @@ def test_one_failing_connection_is_logged_and_the_next_is_relayed(
     finally:
         loop.call_soon_threadsafe(task.cancel)
         thread.join(10)
-    [record] = [r for r in caplog.records if r.name == "mmrl_local.tcpforward"]
+    [record] = [r for r in caplog.records if r.name == "mmrl_local.network.tcpforward"]
     assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mmrl_local.controlplane import free_port
+from mmrl_local.cluster.controlplane import free_port
 from mmrl_operator.cli.bounded_mlflow import SMALLEST_BUDGET, TRIES, TrackingReadError, budget_seconds, request_env
 from mmrl_operator.cli.main import main as mmrl
 from mmrl_operator.cli.plot import find_curves, from_mlflow

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mmrl_api.constants import TRAINER_RAY_VERSION
-from mmrl_local import image_pins
+from mmrl_local.toolchain import image_pins
 
 ROOT = Path(__file__).resolve().parents[3]
 PINS = image_pins.image_pins()

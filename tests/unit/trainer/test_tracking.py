@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from mmrl_api.trainer_config import TrainerConfig
-from mmrl_local.controlplane import free_port
+from mmrl_local.cluster.controlplane import free_port
 from mmrl_operator.cli.plot import from_mlflow, from_tensorboard
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter
