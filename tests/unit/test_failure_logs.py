@@ -1,4 +1,5 @@
-"""A failed test's report carries the tail of its fixtures' process logs; a passing one does not."""
+"""A failed test's report carries the tail of its fixtures' process logs and of the containers its kubelets ran; a
+passing one does not."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.failure_logs import TAIL_LINES, process_logs, tail
+from tests.support.failure_logs import POD_TAIL_LINES, TAIL_LINES, process_logs, tail
 
 INNER = """
 from pathlib import Path
@@ -49,3 +50,36 @@ def test_tail_and_the_logs_a_fixture_names(tmp_path: Path) -> None:
     assert tail(log, 2) == "b\nc"
     assert tail(tmp_path / "missing.log").startswith("(no log:")
     assert process_logs({"operator": type("P", (), {"log_path": log})(), "n": 3, "s": "x"}) == {"operator": log}
+
+
+INNER_PODS = """
+from pathlib import Path
+from mmrl_local.node.kubelet import RUNNING, ContainerLog
+
+class Kubelet:  # what failure_logs reads of a kubelet (tests/cluster/test_failure_report.py runs the real one)
+    def __init__(self, logs):
+        self.logs = logs
+
+    def container_logs(self):
+        return self.logs
+
+def test_fails_while_a_server_loads(tmp_path):
+    served = tmp_path / "vllm.log"
+    served.write_text("".join(f"engine line {i}\\n" for i in range(100)) + "waiting for the worker\\n")
+    done = tmp_path / "check.log"
+    done.write_text("sha256 mismatch\\n")
+    kubelet = Kubelet([ContainerLog("ns/server-0/vllm", served, True), ContainerLog("ns/check/main", done, False)])
+    RUNNING.add(kubelet)
+    assert False, "alpha served"
+"""
+
+
+def test_a_failed_report_ends_with_every_container_log_its_kubelets_ran(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('pytest_plugins = ["tests.support.failure_logs"]')
+    pytester.makepyfile(test_inner=INNER_PODS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*pod ns/server-0/vllm log, last {POD_TAIL_LINES} lines*running*"])
+    result.stdout.fnmatch_lines(["*pod ns/check/main log*EXITED*", "sha256 mismatch"])
+    out = result.stdout.str()
+    assert "waiting for the worker" in out and "engine line 99" in out and "engine line 60\n" not in out

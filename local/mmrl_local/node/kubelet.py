@@ -20,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,17 @@ def node_status(node: dict[str, Any], heartbeat: str, log_port: int) -> dict[str
     }
 
 
+# The kubelets started in this process and not yet closed: a failed test's report shows their pods' logs.
+RUNNING: weakref.WeakSet[Kubelet] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class ContainerLog:
+    name: str  # namespace/pod/container
+    path: Path
+    running: bool
+
+
 class Kubelet:
     """``start()`` it (or use it as a context manager); ``close()`` stops every pod it runs."""
 
@@ -117,6 +130,7 @@ class Kubelet:
         self.image_env = image_env or images.image_env
         self.poll, self.heartbeat = poll, heartbeat
         self.workers: dict[str, PodWorker] = {}
+        self.ran: list[PodWorker] = []  # every pod this kubelet started, running or not (container_logs)
         self._ips: dict[str, str] = {}  # pod uid -> the IP this kubelet gave it
         self._cursor = 0
         self.pod_range = podnet.slice_of(POD_RANGE)
@@ -130,9 +144,11 @@ class Kubelet:
     def start(self) -> Kubelet:
         self.logs.start()
         self._thread.start()
+        RUNNING.add(self)
         return self
 
     def close(self) -> None:
+        RUNNING.discard(self)
         self._stop.set()
         self.logs.close()
         self._thread.join(timeout=30)
@@ -155,6 +171,16 @@ class Kubelet:
                 names = {c.name for c in worker.containers + worker.init}
                 return worker.workdir / "logs" / f"{container}.log" if container in names else None
         return None
+
+    def container_logs(self) -> list[ContainerLog]:
+        """The output file of every container of every pod this kubelet started, deleted pods' included, and whether
+        its process still runs: what a failed test's report shows (tests/support/failure_logs.py)."""
+        return [
+            ContainerLog(f"{w.ns}/{w.name}/{c.name}", w.workdir / "logs" / f"{c.name}.log", c.running())
+            for w in list(self.ran)
+            for c in [*w.init, *w.containers]
+            if c.proc is not None or c.terminated is not None
+        ]
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -209,6 +235,7 @@ class Kubelet:
             )
             worker.refresh_hosts(*services)
             self.workers[uid] = worker.start()
+            self.ran.append(worker)
 
     def _services(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every Service and EndpointSlice: a pod's hosts file names the Services of all namespaces (etchosts)."""
