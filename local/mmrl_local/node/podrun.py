@@ -206,7 +206,11 @@ class PodMaterialiser:
         for vm in container.get("volumeMounts") or []:
             source, tmpfs = sources[vm["name"]]
             if source is not None and vm.get("subPath"):
-                source = os.path.join(source, vm["subPath"])
+                volume, source = source, os.path.join(source, vm["subPath"])
+                if os.path.isdir(volume):
+                    # As a kubelet does: a sub-path not there yet is made in the volume (a shared server mounts
+                    # <claim>/<namespace> before its first job has written anything there).
+                    os.makedirs(source, exist_ok=True)
             mounts.append(Mount(vm["mountPath"], source, bool(vm.get("readOnly")), tmpfs))
         return PodView(
             pod=pod["metadata"]["name"],
