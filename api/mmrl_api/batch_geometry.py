@@ -46,16 +46,42 @@ def data_parallel_size(groups: Sequence[WorkerGroup]) -> int:
 
 
 def problems(algorithm: AlgorithmSpec, dp: int) -> list[tuple[str, str]]:
-    """(field of spec.algorithm, message) for each check SkyRL would fail, in the order SkyRL checks them."""
-    n = algorithm.samples_per_prompt
-    mini = algorithm.mini_batch_size * n // dp
+    """(field of spec.algorithm, message) for each check SkyRL would fail, in the order SkyRL checks them. The
+    messages give this job's numbers and a value that passes; the CRD's CEL rules say the same in general terms."""
+    n, mb = algorithm.samples_per_prompt, algorithm.mini_batch_size
+    mini = mb * n // dp
+    share = f"miniBatchSize {mb} x samplesPerPrompt {n} / {dp} GPUs"
     if mini < 1:
-        return [("mini_batch_size", TOO_FEW)]
+        least = -(-dp // n)  # ceil: the smallest mini-batch that gives every GPU a sample
+        return [
+            (
+                "mini_batch_size",
+                f"{mb} x samplesPerPrompt {n} = {mb * n} samples per update, fewer than the {dp} data-parallel GPUs "
+                f"of cluster.workerGroups, so a GPU would train on none; use miniBatchSize {least} or more (or fewer "
+                f"GPUs); {SKYRL_REFUSES}",
+            )
+        ]
     found = []
-    if mini % algorithm.micro_batch_size_per_gpu:
-        found.append(("micro_batch_size_per_gpu", MICRO_SPLIT))
-    if (algorithm.train_batch_size * n // dp) % mini:
-        found.append(("train_batch_size", STEP_SPLIT))
+    micro = algorithm.micro_batch_size_per_gpu
+    if mini % micro:
+        fits = max(d for d in range(1, min(micro, mini) + 1) if mini % d == 0)
+        found.append(
+            (
+                "micro_batch_size_per_gpu",
+                f"{micro} does not divide each GPU's share of a mini-batch, {share} = {mini} (rounded down); use a "
+                f"divisor of {mini} such as {fits}; {SKYRL_REFUSES}",
+            )
+        )
+    step = algorithm.train_batch_size * n // dp
+    if step % mini:
+        found.append(
+            (
+                "train_batch_size",
+                f"each GPU's share of a step, trainBatchSize {algorithm.train_batch_size} x samplesPerPrompt {n} / "
+                f"{dp} GPUs = {step} (rounded down), is not a multiple of its share of a mini-batch, {share} = {mini}; "
+                f"make miniBatchSize x samplesPerPrompt a multiple of {dp}; {SKYRL_REFUSES}",
+            )
+        )
     return found
 
 

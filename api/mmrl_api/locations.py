@@ -32,6 +32,39 @@ PVC_URI = Rule(
 URI_RULES = (S3_URI, PVC_URI, NO_PARENT_SEGMENT)
 """Rules of every field that may hold an s3:// or pvc:// URI (model, dataset, checkpoint)."""
 
+DATA_SCHEMES = ("s3://", "pvc://", "hf://", "synthetic://")
+DATA_URI_PUNCTUATION = "._/:@?=&+-"
+DATA_URI = rf"^({'|'.join(DATA_SCHEMES)}|/)[A-Za-z0-9{DATA_URI_PUNCTUATION}]+$"
+"""A dataset's train or validation location: a URI with a scheme the trainer reads, or an absolute path."""
+DATA_FORMS = (
+    "s3://bucket/key, pvc://claim/path, hf://org/name, synthetic://NAME (the built-in tasks) or an absolute path "
+    "inside the trainer image (/data/train.parquet)"
+)
+
+
+def data_uri_problem(value: str) -> str:
+    """What is wrong with a dataset location that does not match DATA_URI, in words rather than the regex."""
+    prefix = next((p for p in (*DATA_SCHEMES, "/") if value.startswith(p)), None)
+    if prefix is None and "://" in value:
+        scheme = value.split("://", 1)[0]
+        return f"{value!r}: the trainer reads no {scheme}:// locations; use {DATA_FORMS}"
+    if prefix is None:
+        return f"{value!r} has no scheme; the trainer reads {DATA_FORMS}"
+    rest = value[len(prefix) :]
+    if not rest:
+        return f"{value!r} names nothing after {prefix}; the trainer reads {DATA_FORMS}"
+    odd = sorted({ch for ch in rest if not (ch.isascii() and (ch.isalnum() or ch in DATA_URI_PUNCTUATION))})
+    if not odd:
+        return f"{value!r} does not have the expected form (pattern {DATA_URI})"
+    return (
+        f"{value!r} has {', '.join(repr(ch) for ch in odd)} after {prefix}, where only letters, digits and "
+        f"{DATA_URI_PUNCTUATION} are accepted"
+    )
+
+
+PATTERN_MESSAGES = {DATA_URI: data_uri_problem}
+"""How validation explains a value that does not match a pattern, by pattern; the apiserver prints the regex."""
+
 SUB_PATH = (
     Rule(r"^[A-Za-z0-9._-][A-Za-z0-9._/-]*$", "must be a relative path of letters, digits, '.', '_', '-' and '/'"),
     NO_PARENT_SEGMENT,

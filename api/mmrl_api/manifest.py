@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
+from mmrl_api.locations import PATTERN_MESSAGES
+from mmrl_api.suggest import did_you_mean, wire_names_at
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -31,29 +34,37 @@ class FieldError:
 _WIRE_NAMES = {"class_path": "class"}
 
 
-def _path(loc: tuple[int | str, ...]) -> str:
+def _path(loc: tuple[int | str, ...], as_written: bool = False) -> str:
+    """The dotted wire path of an error's location; `as_written`: its last part is a key the user wrote (an unknown
+    field), kept as it is."""
     out = ""
-    for part in loc:
+    for index, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
         elif part.startswith(("function-", "model-")):  # pydantic's validator markers: not a field
             continue
         else:
             # Defaults are reported by Python name.
-            name = _WIRE_NAMES.get(part) or (to_camel(part) if "_" in part else part)
+            mine = as_written and index == len(loc) - 1
+            name = part if mine else _WIRE_NAMES.get(part) or (to_camel(part) if "_" in part else part)
             out += f".{name}" if out else name
     return out
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: dict[str, Any], model: type[BaseModel]) -> str:
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        return "unknown field"
+        *parent, name = err["loc"]
+        return "unknown field" + did_you_mean(str(name), wire_names_at(model, parent))
     if err["type"] == "missing":
         return "required field is missing"
     if err["type"] == "string_pattern_mismatch":
-        return f"{err.get('input')!r} does not have the expected form (pattern {err['ctx']['pattern']})"
+        pattern = err["ctx"]["pattern"]
+        explain = PATTERN_MESSAGES.get(pattern)
+        if explain is not None and isinstance(err.get("input"), str):
+            return explain(err["input"])
+        return f"{err.get('input')!r} does not have the expected form (pattern {pattern})"
     if err["type"] in ("literal_error", "enum"):
         return f"{err.get('input')!r} is not one of the allowed values ({msg.removeprefix('Input should be ')})"
     return msg
@@ -84,9 +95,14 @@ def validate_document(
         return None, [FieldError("(document)", "must be a mapping with apiVersion, kind, metadata and spec")]
     doc = as_apiserver_reads(doc)
     try:
-        obj = model.model_validate(doc)
+        # Wire names only: the apiserver knows no `learning_rate` (populate_by_name is for Python code building
+        # models), so here it is an unknown field, with its camelCase name suggested.
+        obj = model.model_validate(doc, by_alias=True, by_name=False)
     except ValidationError as exc:
-        errors = [FieldError(_path(e["loc"]) or "(document)", _message(e)) for e in exc.errors()]
+        errors = [
+            FieldError(_path(e["loc"], e["type"] == "extra_forbidden") or "(document)", _message(e, model))
+            for e in exc.errors()
+        ]
         meta = doc.get("metadata")
         if isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"]:
             errors += [FieldError("metadata.name", p) for p in name_problems(meta["name"])]

@@ -26,7 +26,7 @@ from mmrl_api.constants import VLLM_FORBIDDEN_LORA_TARGETS
 from mmrl_api.credentials import CREDENTIAL_NAME_RE, NO_URL_WITH_PASSWORD, NOT_A_CREDENTIAL_NAME
 from mmrl_api.environment import IMPORT_PATH, EnvironmentSpec, TaskParams, custom_only, require_iff_custom
 from mmrl_api.kube_syntax import ObjectName
-from mmrl_api.locations import URI_RULES
+from mmrl_api.locations import DATA_URI, URI_RULES
 from mmrl_api.rules import Rule, cel_str, text
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -35,7 +35,6 @@ MODEL_SOURCE = (
     r"^((hf|s3|pvc)://[A-Za-z0-9][A-Za-z0-9._/@+-]*|/[A-Za-z0-9._/@+-]*"
     r"|[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?)$"
 )
-DATA_URI = r"^(s3://|pvc://|hf://|synthetic://|/)[A-Za-z0-9._/:@?=&+-]+$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # A LoRA target is a module name, matched by PEFT as the last dotted components of a module's path (`q_proj`,
 # `mlp.down_proj`, `layers.0.self_attn.q_proj`). PEFT reads a regex only from a plain string, never from a list
