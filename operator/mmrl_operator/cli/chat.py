@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_api import constants as c
+from mmrl_operator.cli.kubeconfig import ClusterOptions
 from mmrl_operator.runtime.bounded_http import ResponseTooLarge
 from mmrl_operator.runtime.service_proxy import proxy_json
 
@@ -77,11 +78,10 @@ def ask_server(  # type: ignore[no-untyped-def]
     return answer["choices"][0]["message"]["content"], {"model": model, "service": status["service"]}
 
 
-def main(name: str, question: str, image: str | None, namespace: str | None, server: str | None = None) -> int:
-    from kubernetes import config
+def main(name: str, question: str, image: str | None, opts: ClusterOptions, server: str | None = None) -> int:
+    from mmrl_operator.cli.cluster import connect
 
-    api_client = config.new_client_from_config()
-    ns = namespace or config.list_kube_config_contexts()[1]["context"].get("namespace") or "default"
+    api_client, ns = connect(opts)
     picture = Path(image) if image else None
     try:
         if server:

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from mmrl_api import constants as c
 from mmrl_api.contract import ATTEMPT_LOG_CONTAINER, ATTEMPT_LOG_DIR, attempt_of_log_line
+from mmrl_operator.cli.kubeconfig import ClusterOptions
 
 
 def pick(lines: Iterable[str], attempt: int | None) -> Iterator[str]:
@@ -82,19 +83,14 @@ def read_logs(
     return pick(text.splitlines(), attempt)
 
 
-def show_logs(name: str, namespace: str | None, attempt: int | None, follow: bool, out: TextIO = sys.stdout) -> int:
-    from kubernetes import client
+def show_logs(name: str, opts: ClusterOptions, attempt: int | None, follow: bool, out: TextIO | None = None) -> int:
+    from mmrl_operator.cli.cluster import connect
 
-    from mmrl_operator.cli.status import current_namespace
-    from mmrl_operator.runtime.kube import load_config
-
-    namespace = namespace or current_namespace()
+    api, namespace = connect(opts)
+    out = out or sys.stdout
     try:
-        for line in read_logs(load_config(), namespace, name, attempt, follow):
+        for line in read_logs(api, namespace, name, attempt, follow):
             print(line, file=out, flush=follow)
-    except client.exceptions.ApiException as exc:
-        print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
-        return 1
     except NoHeadPod as err:
         print(err, file=sys.stderr)
         return 1

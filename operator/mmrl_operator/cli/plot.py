@@ -11,7 +11,7 @@ read from the first source reachable from here:
    `--timeout` seconds for the whole read (bounded_mlflow.py), after which it says why it gave up.
 TensorBoard's reader already drops what a failed attempt logged after the checkpoint its successor resumed from; for
 MLflow, which keeps every point, the newest value of a step wins, which is the same thing.
-Needs `pip install 'mmrl[plot]'` (Pillow, tensorboard, mlflow-skinny); the operator image does not carry them.
+Needs `pip install 'mmrl-operator[plot]'` (Pillow, tensorboard, mlflow-skinny); the operator image does not carry them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import Any
 
 from mmrl_api import constants as c
 from mmrl_operator.cli.bounded_mlflow import DEFAULT_BUDGET, Budget
+from mmrl_operator.cli.kubeconfig import ClusterOptions
+from mmrl_operator.cli.version import DISTRIBUTION
 
 TRAIN, EVAL, FINAL = "reward", "eval_reward", "held_out_reward"
 ATTEMPT, RESUMED = "attempt", "resumed_from_step"
@@ -145,23 +147,17 @@ def plot(
     return draw(curves, out, f"{meta.get('namespace', '')}/{meta.get('name', '')}: reward"), curves
 
 
-def plot_job(name: str, namespace: str | None, out: Path, directory: Path | None, timeout: float = READ_TIMEOUT) -> int:
+def plot_job(name: str, opts: ClusterOptions, out: Path, directory: Path | None, timeout: float = READ_TIMEOUT) -> int:
     from kubernetes import client
 
-    from mmrl_operator.cli.status import current_namespace
-    from mmrl_operator.runtime.kube import load_config
+    from mmrl_operator.cli.cluster import connect
 
-    api = load_config()
-    namespace = namespace or current_namespace()
-    try:
-        job = client.CustomObjectsApi(api).get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
-    except client.exceptions.ApiException as exc:
-        print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
-        return 1
+    api, namespace = connect(opts)
+    job = client.CustomObjectsApi(api).get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
     try:
         path, curves = plot(job, out, directory, timeout)
     except (LookupError, ImportError) as exc:
-        hint = " (pip install 'mmrl[plot]')" if isinstance(exc, ImportError) else ""
+        hint = f" (pip install '{DISTRIBUTION}[plot]')" if isinstance(exc, ImportError) else ""
         print(f"{namespace}/{name}: {exc}{hint}", file=sys.stderr)
         return 1
     print(f"{path}  ({curves.source}; attempts: {len(curves.attempt_starts())})")

@@ -10,18 +10,19 @@ applies, and a builder added to the decision shows up here without touching this
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
-
-import yaml
 
 from mmrl_api import MultimodalRLJob, validate_manifest
 from mmrl_api.constants import KIND
 from mmrl_api.job import ObjectMeta
 from mmrl_api.memory_plan import spec_plan
 from mmrl_api.status import JobStatus
+from mmrl_operator.cli.errors import UserError
+from mmrl_operator.cli.output import yaml_documents
+from mmrl_operator.cli.sources import Source, read_sources
+from mmrl_operator.cli.version import mmrl_version
 from mmrl_operator.core.decide import decide
 from mmrl_operator.core.observed import Observed, desired_workers
 
@@ -82,52 +83,49 @@ def unique(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the trainer config, scripts) as literal blocks, readable as the pods will see them."""
-
-
-def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _text)
-
-
-def render_yaml(objects: list[dict[str, Any]]) -> str:
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, explicit_start=True)
-
-
-def render_file(path: str, namespace: str | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Print the objects of every MultimodalRLJob in `path` as one multi-document YAML stream. Exit status: 1 when
-    the file cannot be read or a job does not validate (errors name the field, as `mmrl validate` does)."""
-    out, err = out or sys.stdout, err or sys.stderr
-    try:
-        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
-    except (OSError, yaml.YAMLError) as exc:
-        print(f"{path}: cannot read: {exc}", file=err)
-        return 1
-    jobs = [d for d in docs if not isinstance(d, dict) or d.get("kind", KIND) == KIND]
-    if not jobs:
-        print(f"{path}: no {KIND} documents", file=err)
-        return 1
+def render_sources(sources: Sequence[Source], namespace: str | None, fallback: str, out: TextIO, err: TextIO) -> int:
+    """Print the objects of every MultimodalRLJob in `sources` as one multi-document YAML stream, under a header
+    naming the mmrl version and the sources. Each job goes into `namespace` (`-n`), else its file's, else
+    `fallback`. Exit status: 1 when a source is not YAML or a job does not validate (errors name the field, as
+    `mmrl validate` does); nothing is printed then."""
     objects: list[dict[str, Any]] = []
     notes: list[str] = []
-    for doc in jobs:
-        job, errors = validate_manifest(doc)
-        for e in errors:
-            print(f"{path}: {e.path}: {e.message}", file=err)
-        if job is None:
-            return 1  # nothing is printed for a file the apiserver would refuse in part
-        if job.spec.suspend:
-            print(f"{path}: spec.suspend is true: the operator creates these once it is false", file=err)
-        plan = spec_plan(job.spec)
-        if plan is not None:  # as YAML comments, so the output still applies with `kubectl apply -f -`
-            notes += [f"# {job.name}: {line}" for line in plan.lines()]
+    for source in sources:
         try:
-            objects += render_objects(as_submitted(job, namespace))
-        except RenderError as exc:
-            print(f"{path}: {exc}", file=err)
+            docs = source.documents()
+        except UserError as exc:
+            print(exc, file=err)
             return 1
-    out.write("".join(f"{line}\n" for line in notes) + render_yaml(objects))
+        jobs = [d for d in docs if not isinstance(d, dict) or d.get("kind", KIND) == KIND]
+        if not jobs and source.named:
+            print(f"{source.name}: no {KIND} documents", file=err)
+            return 1
+        for doc in jobs:
+            job, errors = validate_manifest(doc)
+            for e in errors:
+                print(f"{source.name}: {e.path}: {e.message}", file=err)
+            if job is None:
+                return 1  # nothing is printed for a file the apiserver would refuse in part
+            if job.spec.suspend:
+                print(f"{source.name}: spec.suspend is true: the operator creates these once it is false", file=err)
+            plan = spec_plan(job.spec)
+            if plan is not None:  # as YAML comments, so the output still applies with `kubectl apply -f -`
+                notes += [f"# {job.name}: {line}" for line in plan.lines()]
+            try:
+                objects += render_objects(as_submitted(job, namespace or job.metadata.namespace or fallback))
+            except RenderError as exc:
+                print(f"{source.name}: {exc}", file=err)
+                return 1
+    if not objects:
+        print(f"no {KIND} documents in {', '.join(s.name for s in sources)}", file=err)
+        return 1
+    header = f"# rendered by mmrl {mmrl_version()} from {', '.join(s.name for s in sources)}\n"
+    out.write(header + "".join(f"{line}\n" for line in notes) + yaml_documents(objects))
     return 0
+
+
+def render_file(
+    path: str, namespace: str | None, out: TextIO | None = None, err: TextIO | None = None, fallback: str = "default"
+) -> int:
+    """`render_sources` over one file, directory or `-`."""
+    return render_sources(read_sources([path]), namespace, fallback, out or sys.stdout, err or sys.stderr)

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from mmrl_api import constants as c
+from mmrl_operator.cli.kubeconfig import ClusterOptions
 
 
 def previous_target(status: dict[str, Any], alias: str) -> str:
@@ -32,11 +33,12 @@ def pins_after(spec: dict[str, Any], alias: str, job: str | None) -> list[dict[s
     return pins + ([{"alias": alias, "job": job}] if job else [])
 
 
-def main(alias: str, server: str, namespace: str | None, to: str | None, unpin: bool) -> int:
-    from kubernetes import client, config
+def main(alias: str, server: str, opts: ClusterOptions, to: str | None, unpin: bool) -> int:
+    from kubernetes import client
 
-    api_client = config.new_client_from_config()
-    ns = namespace or config.list_kube_config_contexts()[1]["context"].get("namespace") or "default"
+    from mmrl_operator.cli.cluster import connect
+
+    api_client, ns = connect(opts)
     custom = client.CustomObjectsApi(api_client)
     found = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.SERVER_PLURAL, server)
     try:

@@ -7,6 +7,9 @@ import sys
 from typing import Any, TextIO
 
 from mmrl_api import constants as c
+from mmrl_operator.cli.cluster import connect
+from mmrl_operator.cli.kubeconfig import ClusterOptions
+from mmrl_operator.cli.output import formatted
 
 
 def _reward(value: Any) -> str:
@@ -48,20 +51,19 @@ def render_server_status(server: dict[str, Any], events: list[dict[str, Any]]) -
     return "\n".join(lines)
 
 
-def show_server_status(name: str, namespace: str | None, out: TextIO = sys.stdout) -> int:
+def show_server_status(name: str, opts: ClusterOptions, output: str | None = None, out: TextIO | None = None) -> int:
+    """Print the ModelServer for humans (with its recent events), or as the apiserver returns it (`output`)."""
     from kubernetes import client
 
-    from mmrl_operator.cli.status import current_namespace, recent_events
-    from mmrl_operator.runtime.kube import load_config
+    from mmrl_operator.cli.status import recent_events
 
-    api = load_config()
-    namespace = namespace or current_namespace()
-    try:
-        server = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, name
-        )
-    except client.exceptions.ApiException as exc:
-        print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
-        return 1
-    print(render_server_status(server, recent_events(api, namespace, name, c.SERVER_KIND)), file=out)
+    api, namespace = connect(opts)
+    server = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, name
+    )
+    if output:
+        text = formatted(server, output)
+    else:
+        text = render_server_status(server, recent_events(api, namespace, name, c.SERVER_KIND)) + "\n"
+    (out or sys.stdout).write(text)
     return 0

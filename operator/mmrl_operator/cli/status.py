@@ -6,6 +6,9 @@ import sys
 from typing import Any, TextIO
 
 from mmrl_api import constants as c
+from mmrl_operator.cli.cluster import connect
+from mmrl_operator.cli.kubeconfig import ClusterOptions
+from mmrl_operator.cli.output import formatted
 
 
 def render_status(job: dict[str, Any], events: list[dict[str, Any]]) -> str:
@@ -85,30 +88,14 @@ def tracking_lines(tracking: dict[str, Any]) -> list[str]:
     return lines
 
 
-def current_namespace() -> str:
-    """The kubeconfig's current context's namespace, as kubectl uses it; "default" without one."""
-    from kubernetes import config
-
-    try:
-        return str(config.list_kube_config_contexts()[1]["context"].get("namespace", "default"))
-    except Exception:
-        return "default"
-
-
-def show_status(name: str, namespace: str | None, out: TextIO = sys.stdout) -> int:
+def show_status(name: str, opts: ClusterOptions, output: str | None = None, out: TextIO | None = None) -> int:
+    """Print the job for humans (with its recent events), or as the apiserver returns it with `output` yaml|json."""
     from kubernetes import client
 
-    from mmrl_operator.runtime.kube import load_config
-
-    api = load_config()
-    namespace = namespace or current_namespace()
-    custom = client.CustomObjectsApi(api)
-    try:
-        job = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
-    except client.exceptions.ApiException as exc:
-        print(f"{namespace}/{name}: {exc.reason}", file=sys.stderr)
-        return 1
-    print(render_status(job, recent_events(api, namespace, name, c.KIND)), file=out)
+    api, namespace = connect(opts)
+    job = client.CustomObjectsApi(api).get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+    text = formatted(job, output) if output else render_status(job, recent_events(api, namespace, name, c.KIND)) + "\n"
+    (out or sys.stdout).write(text)
     return 0
 
 

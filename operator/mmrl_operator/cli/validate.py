@@ -1,0 +1,122 @@
+"""`mmrl validate`: check MultimodalRLJob and ModelServer files offline, with the models the CRD is generated from.
+
+A file it accepts is one the apiserver accepts, and the error paths match what `kubectl apply` would print. For each
+job it also prints the summary, the checkpoint footprint and the GPU memory plan, and refuses a job whose plan does
+not fit.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from mmrl_api.constants import KIND, SERVER_KIND
+from mmrl_operator.cli.errors import UserError
+from mmrl_operator.cli.kubeconfig import NAMESPACE_DEFAULT
+from mmrl_operator.cli.sources import Source, read_sources
+
+
+def _summary(job: Any, namespace: str | None, fallback: str) -> str:
+    spec = job.spec
+    gpus = sum(g.replicas * g.gpus_per_node for g in spec.cluster.worker_groups)
+    steps = f"maxSteps {spec.algorithm.max_steps}" if spec.algorithm.max_steps else f"epochs {spec.algorithm.epochs}"
+    return (
+        f"{namespace or job.metadata.namespace or fallback}/{job.name}: {spec.algorithm.name} on {spec.model.name}, "
+        f"LoRA r={spec.lora.rank}, {spec.trainer.backend} backend, {gpus} GPUs, {steps}"
+    )
+
+
+def _footprint(job: Any) -> str:
+    from mmrl_api.footprint import footprint_of
+
+    found = footprint_of(job.spec)
+    return found.describe() if found else f"unknown (no parameter count for {job.spec.model.name})"
+
+
+def _memory_plan(job: Any, where: str, out: TextIO, err: TextIO) -> bool:
+    """Print the job's GPU memory plan; False (with each problem on `err`, field first) when it does not fit."""
+    from mmrl_api.memory_plan import spec_plan
+
+    plan = spec_plan(job.spec)
+    if plan is None:
+        print(f"{where}: GPU memory plan: unknown (needs a reference model and a known instanceType)", file=out)
+        return True
+    for line in plan.lines(problems=False):
+        print(f"{where}: {line}", file=out)
+    for problem in plan.problems:
+        print(f"{where}: {problem.field}: {problem.message}", file=err)
+    return plan.fits
+
+
+def _validate_server(doc: dict[str, Any], where: str, out: TextIO, err: TextIO) -> bool:
+    from mmrl_api.model_server import validate_server_manifest
+
+    server, errors = validate_server_manifest(doc)
+    if server is None:
+        for e in errors:
+            print(f"{where}: {e.path}: {e.message}", file=err)
+        return False
+    spec = server.spec
+    print(
+        f"{where}: ok: ModelServer {server.name}: {spec.model.name}, {spec.replicas} replica(s), up to "
+        f"{spec.max_adapters} adapters of rank <= {spec.max_lora_rank}, context {spec.max_model_len} tokens",
+        file=out,
+    )
+    return True
+
+
+def _validate_job(doc: Any, where: str, namespace: tuple[str | None, str], out: TextIO, err: TextIO) -> bool:
+    from mmrl_api import validate_manifest
+
+    job, errors = validate_manifest(doc)
+    if job is None:
+        for e in errors:
+            print(f"{where}: {e.path}: {e.message}", file=err)
+        return False
+    print(f"{where}: ok: {_summary(job, *namespace)}", file=out)
+    print(f"{where}: checkpoint footprint: {_footprint(job)}", file=out)
+    return _memory_plan(job, where, out, err)
+
+
+def validate_sources(sources: Sequence[Source], namespace: str | None, fallback: str, out: TextIO, err: TextIO) -> int:
+    """Validate every MultimodalRLJob and ModelServer document; print errors with field paths. A job is named in
+    `namespace` (`-n`), else its file's, else `fallback`, as `render` places it. Exit status: 1 when any document is
+    refused, a named file holds none, or a file is not YAML."""
+    failed, checked = False, 0
+    for source in sources:
+        try:
+            docs = source.documents()
+        except UserError as exc:  # the other files are still checked
+            print(exc, file=err)
+            failed = True
+            continue
+        ours = [d for d in docs if not isinstance(d, dict) or d.get("kind", KIND) in (KIND, SERVER_KIND)]
+        if not ours:
+            if source.named:
+                print(f"{source.name}: no {KIND} or {SERVER_KIND} documents", file=err)
+                failed = True
+            continue
+        for index, doc in enumerate(ours):
+            checked += 1
+            where = source.name if len(ours) == 1 else f"{source.name}[{index}]"
+            if isinstance(doc, dict) and doc.get("kind") == SERVER_KIND:
+                ok = _validate_server(doc, where, out, err)
+            else:
+                ok = _validate_job(doc, where, (namespace, fallback), out, err)
+            failed = failed or not ok
+    if not checked and not failed:
+        print(f"no {KIND} or {SERVER_KIND} documents in {', '.join(s.name for s in sources)}", file=err)
+        failed = True
+    return 1 if failed else 0
+
+
+def validate_files(
+    paths: Sequence[str],
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    namespace: str | None = None,
+    fallback: str = NAMESPACE_DEFAULT,
+) -> int:
+    """`validate_sources` over files, directories or `-`; UserError for one that cannot be read."""
+    return validate_sources(read_sources(paths), namespace, fallback, out or sys.stdout, err or sys.stderr)
