@@ -38,7 +38,7 @@ TIMING := $(MMRL_CACHE)/timing
 begin = @mkdir -p $(TIMING) && date +%s.%N > $(TIMING)/$(1).start
 end = @awk -v s="$$(cat $(TIMING)/$(1).start)" -v e="$$(date +%s.%N)" 'BEGIN { printf ">> prerequisite %s: %.1f s\n", "$(1)", e - s }'
 
-.PHONY: help test-prerequisites setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart lint fmt bins up down demo bench bench-compare kuberay clean-cache
+.PHONY: help test-prerequisites setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart wheel lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ $(STAMP):
 	$(call end,bytecode-$(notdir $*))
 
 setup: $(STAMP) $(VENV)/.mmrl-bytecode ## create/reuse the cached virtualenv and install this checkout into it (editable)
+	@# The distribution was called `mmrl` before it became mmrl-operator (that name on PyPI is another project's):
+	@# a venv that still holds the old editable install would carry two owners of the `mmrl` script.
+	@$(VENV)/bin/uv pip uninstall --python $(VPY) --quiet mmrl 2>/dev/null || true
 	@$(VENV)/bin/uv pip install --python $(VPY) --quiet --no-deps --no-build-isolation -e . -e local/
 	@ln -sfn $(VENV) .venv
 
@@ -153,6 +156,9 @@ HELM = $(shell $(VPY) -c 'from mmrl_local.toolchain import build; print(build.bu
 chart: bins crds-check ## helm lint --strict the chart and package it into dist/
 	$(HELM) lint --strict charts/mmrl-operator
 	$(HELM) package charts/mmrl-operator -d dist/
+
+wheel: setup ## build the mmrl-operator wheel (the `mmrl` CLI, the operator, the trainer) into dist/
+	$(VPY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist/ .
 
 lint: setup ## ruff
 	$(call begin,lint)
