@@ -157,8 +157,9 @@ chart: bins crds-check ## helm lint --strict the chart and package it into dist/
 	$(HELM) lint --strict charts/mmrl-operator
 	$(HELM) package charts/mmrl-operator -d dist/
 
+# setuptools builds in the tree; its leftovers would shadow the installed metadata for a Python started here.
 wheel: setup ## build the mmrl-operator wheel (the `mmrl` CLI, the operator, the trainer) into dist/
-	$(VPY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist/ .
+	$(VPY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist/ . && rm -rf build mmrl_operator.egg-info
 
 lint: setup ## ruff
 	$(call begin,lint)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -83,11 +84,23 @@ def wheel_recipe() -> str:
     return recipe.group(1)
 
 
+def packaging_inputs(to: Path) -> Path:
+    """What the wheel is built from, copied: setuptools builds in the tree, and this checkout may be in use."""
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for part in ("api", "operator", "trainer"):
+        shutil.copytree(ROOT / part, to / part, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, to / name)
+    return to
+
+
 @pytest.mark.timeout(300)
 def test_the_wheel_make_builds_installs_the_mmrl_command(tmp_path: Path) -> None:
-    command = wheel_recipe().replace("$(VPY)", shlex.quote(sys.executable)).replace("dist/", str(tmp_path / "dist"))
-    subprocess.run(command, shell=True, cwd=ROOT, check=True, capture_output=True, timeout=240)
-    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    tree = packaging_inputs(tmp_path / "tree")
+    command = wheel_recipe().replace("$(VPY)", shlex.quote(sys.executable))
+    subprocess.run(command, shell=True, cwd=tree, check=True, capture_output=True, timeout=240)
+    assert not (tree / "build").exists() and not (tree / "mmrl_operator.egg-info").exists()  # cleaned up
+    (wheel,) = (tree / "dist").glob("*.whl")
     assert wheel.name == f"{DISTRIBUTION.replace('-', '_')}-{__version__}-py3-none-any.whl"
     site = tmp_path / "site"
     subprocess.run(
