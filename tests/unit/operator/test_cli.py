@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from mmrl_api import validate_manifest
-from mmrl_local.controlplane import free_port
+from mmrl_local.cluster.controlplane import free_port
 from mmrl_operator.cli.errors import EXIT_BROKEN_PIPE
 from mmrl_operator.cli.main import main
 from mmrl_operator.cli.output import formatted, yaml_documents
