@@ -1,5 +1,6 @@
-"""The suite's CI rule, run for real in an inner pytest: with CI=true each kind of skip fails the run, and says
-why; without it, a skip stays a skip."""
+"""The suite's CI rule, run for real in an inner pytest with the suite's own plugins (tests/conftest.py's list, so
+the rule must be installed there): with CI=true each kind of skip fails the run, and says why, in one process and
+in parallel workers (pytest-xdist, as `make test` runs); without it, a skip stays a skip."""
 
 from __future__ import annotations
 
@@ -29,18 +30,31 @@ def test_passes():
 """
 
 
-def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str | None, module_skip: bool = False):
+# The inner run's plugins are the suite's: a rule that tests/conftest.py does not install fails these tests.
+SUITE_CONFTEST = "from tests.conftest import pytest_plugins  # noqa: F401\n"
+
+
+def run(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    ci: str | None,
+    module_skip: bool = False,
+    workers: list[str] | None = None,
+):
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
     else:
         monkeypatch.setenv("CI", ci)
-    pytester.makeconftest('pytest_plugins = ["tests.support.ci_strict"]')
+    pytester.makeconftest(SUITE_CONFTEST)
     pytester.makepyfile(test_inner=INNER.format(module_skip=module_skip))
-    return pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider")
+    return pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", *(workers or []))
 
 
-def test_in_ci_every_skip_is_a_failure_with_its_reason(pytester, monkeypatch) -> None:
-    result = run(pytester, monkeypatch, "true")
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "two xdist workers"])
+def test_in_ci_every_skip_is_a_failure_with_its_reason(pytester, monkeypatch, workers) -> None:
+    result = run(pytester, monkeypatch, "true", workers=workers)
+    if workers:
+        result.stdout.fnmatch_lines(["*created: 2/2 workers*"])
     # A skip in a fixture fails the test's setup, which pytest reports as an error.
     result.assert_outcomes(passed=1, failed=1, errors=1, xfailed=1)
     result.stdout.fnmatch_lines(["*every skip a failure: Skipped: no pod network here*"])
