@@ -2,10 +2,12 @@
 ``mm*`` link, a pod process or a control-plane process.
 
 A run ``mark()``s itself before it starts anything: a fresh token in ``procs.RUN_MARK``. Every process it starts
-inherits the mark (pods too: "the image" is this process's environment) and every pod network it creates records
-the mark with its owner in podnet's registry. So only what carries this run's mark counts, or, for a namespace or
-link that no registry entry names, what appeared since the run's ``snapshot()``: another run on the machine (a
-developer's ``make up``) is never blamed.
+inherits the mark (pods too: "the image" is this process's environment; a container run from a built image through
+runc gets it appended to its image's and pod's env, ``image_run.marked``; an operator forked from the fork server
+shows the server's, which serves its own run only) and every pod network it creates records the mark with its owner
+in podnet's registry. So only what carries this run's mark counts, or, for a namespace or link that no registry
+entry names, what appeared since the run's ``snapshot()``: another run on the machine (a developer's ``make up``) is
+never blamed.
 
 ``python -m mmrl_local.leftovers -- CMD [ARG...]`` runs CMD as a marked run, and when it ends prints what it left
 behind and exits non-zero (CMD's own status when that is already non-zero).
@@ -31,7 +33,10 @@ NETNS_PREFIX = "mmrl-"  # every network namespace local/ creates (podnet.netns_n
 LINK_PREFIX = "mm"  # every link local/ creates (podnet.bridge_name, podnet.veth_name)
 CONTROL_PLANE_BINARIES = frozenset({*build.BINARIES, build.KUBERAY_BINARY})
 CONTROL_PLANE_MODULES = ("mmrl_local.network.tcpforward", "mmrl_operator.cli")  # the apiserver relay, the operator
+# The operators' fork server, and every child it forked: a child's command line is the server's (forkserver.py).
+FORK_SERVER = "mmrl_local.common.forkserver"
 POD_LAUNCHER = "mmrl_local.node.mountns"
+POD_RUNTIME = "runc"  # runs a pod's container from its image (image_run), in the foreground, as the container's parent
 
 
 @dataclass(frozen=True)
@@ -82,16 +87,30 @@ def _carries(pid: int, token: str) -> bool:
     return f"{procs.RUN_MARK}={token}".encode() in environ
 
 
+def _parent(pid: int) -> int:
+    return int(_proc(pid, "stat").rsplit(b")", 1)[1].split()[1])
+
+
+def _forked_by(pid: int) -> int | None:
+    """The fork server that forked ``pid``: its parent, when that has the same (the server's) command line."""
+    try:
+        parent = _parent(pid)
+        return parent if _proc(parent, "cmdline") == _proc(pid, "cmdline") else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _kind(pid: int, argv: list[str]) -> str | None:
     """Whether the process is a pod process, a control-plane process, or neither (None: a helper of a test)."""
     try:
         own_mounts = os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
-        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        exe = Path(os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")).name
     except OSError:
         return None
-    if own_mounts or POD_LAUNCHER in argv:  # a container has a mount namespace of its own
+    # A container has a mount namespace of its own; its launcher (mountns) or runtime (runc) has not.
+    if own_mounts or POD_LAUNCHER in argv or exe == POD_RUNTIME:
         return "pod process"
-    if Path(exe).name in CONTROL_PLANE_BINARIES or any(module in argv for module in CONTROL_PLANE_MODULES):
+    if exe in CONTROL_PLANE_BINARIES or any(module in argv for module in (*CONTROL_PLANE_MODULES, FORK_SERVER)):
         return "control-plane process"
     return None
 
@@ -109,8 +128,13 @@ def _processes(token: str) -> list[str]:
         except OSError:
             continue
         kind = _kind(pid, argv)
-        if kind is not None:
-            found.append(f"{kind} {pid}: {' '.join(argv)[:300]}")
+        if kind is None:
+            continue
+        note = ""
+        if FORK_SERVER in argv:  # the server or a child (an operator) of it: both have the server's command line
+            server = _forked_by(pid)
+            note = " (the fork server)" if server is None else f" (forked by the fork server {server})"
+        found.append(f"{kind} {pid}{note}: {' '.join(argv)[:300]}")
     return found
 
 

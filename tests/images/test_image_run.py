@@ -1,5 +1,6 @@
 """Containers run from a built image leave nothing behind: the working containers of a process that died before it
-removed them are dropped by the next one (``image_run.remove_stale``), and those of live processes stay."""
+removed them are dropped by the next one (``image_run.remove_stale``), and those of live processes stay; and each
+carries its run's mark, so the leftovers check would find it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 
+from mmrl_local.common import procs
 from mmrl_local.node import image_run
 from mmrl_local.toolchain import images_build
 
@@ -28,3 +30,16 @@ def test_working_containers_of_dead_processes_are_removed_and_live_ones_kept() -
         assert live not in removed and live in names
     finally:
         subprocess.run(store.cmd("rm", dead, live), capture_output=True)
+
+
+def test_a_container_carries_the_runs_mark_beside_its_images_env(monkeypatch) -> None:
+    """The run's mark reaches a container run from an image (the image's env replaces the starter's), and the
+    image's own env is still there: the leftovers check finds the containers a run left."""
+    image = images_build.build_operator(verbose=False).image
+    monkeypatch.setenv(procs.RUN_MARK, "this-run")
+    done = image_run.run(image, command=["python", "-c", "import json, os; print(json.dumps(dict(os.environ)))"])
+    assert done.returncode == 0, done.stderr
+    env = json.loads(done.stdout)
+    assert env[procs.RUN_MARK] == "this-run"
+    image_env = image_run.image_env(image_run.image_config(images_build.storage(), image))
+    assert image_env and {k: env.get(k) for k in image_env} == image_env

@@ -12,9 +12,16 @@ the one such value among its dependencies, the Kubernetes client's default kubec
 The server is single-threaded on purpose: fork copies only the calling thread, so a server with threads could hand
 a child a lock some other thread held. It checks that before it serves anything.
 
+What the kernel shows of a child (``/proc/PID/cmdline`` and ``environ``) stays the server's: those are the memory
+the server was started with, which a fork copies and no ``sys.argv`` or ``os.environ`` change rewrites. So the
+leftovers check (``mmrl_local.leftovers``) knows a child by the server's command line, and its run by the server's
+run mark (``procs.RUN_MARK``). For that mark to be the child's own, a server forks only for its own run: a request
+whose env carries another run's mark is refused.
+
 Protocol, one Unix-socket connection per child: the client sends one JSON line
 ``{"module", "args", "env", "log"}``; the server answers ``{"pid": N}`` when the child exists and ``{"rc": N}``
-when it has exited (Popen's convention: -N for a signal), then closes the connection.
+when it has exited (Popen's convention: -N for a signal), then closes the connection; or ``{"error": "..."}`` when
+it refuses the request.
 """
 
 from __future__ import annotations
@@ -119,7 +126,11 @@ def spawn(socket_path: Path, module: str, args: list[str], env: dict[str, str], 
             raise RuntimeError(f"the fork server at {socket_path} closed the connection before forking {module}")
         buf += chunk
     line, rest = buf.split(b"\n", 1)
-    child = ForkedProcess(conn, int(json.loads(line)["pid"]))
+    answer = json.loads(line)
+    if "error" in answer:
+        conn.close()
+        raise RuntimeError(f"the fork server at {socket_path} did not fork {module}: {answer['error']}")
+    child = ForkedProcess(conn, int(answer["pid"]))
     child._buf = rest
     return child
 
@@ -179,7 +190,20 @@ def _send(conn: socket.socket, message: dict) -> None:
         conn.sendall(json.dumps(message).encode() + b"\n")
 
 
+def refusal(request: dict, own_mark: str | None) -> str | None:
+    """Why the server does not fork for ``request``, or None. Its child would carry the server's run mark where the
+    kernel shows it, whatever the request's env says: a request of another run is refused."""
+    theirs = request["env"].get(procs.RUN_MARK)
+    if theirs is None or theirs == own_mark:
+        return None
+    return (
+        f"its env carries the run mark {procs.RUN_MARK}={theirs} and this server belongs to "
+        f"{'the run ' + own_mark if own_mark else 'no run'}: start a fork server of that run's own"
+    )
+
+
 def serve(socket_path: str, modules: list[str]) -> None:
+    own_mark = os.environ.get(procs.RUN_MARK)
     for name in modules:
         importlib.import_module(name)
     if threading.active_count() != 1:
@@ -225,6 +249,11 @@ def serve(socket_path: str, modules: list[str]) -> None:
                 continue
             request = json.loads(pending.pop(conn).split(b"\n", 1)[0])
             sel.unregister(conn)
+            refused = refusal(request, own_mark)
+            if refused is not None:
+                _send(conn, {"error": refused})
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 _child(request, listener, [*children.values(), *pending, conn])

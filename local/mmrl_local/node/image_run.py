@@ -11,7 +11,9 @@ v1 ones: "cgroups in hybrid mode not supported"); runc runs there.
 ``ImageContainer`` is one container's life: a buildah working container gives it a fresh writable layer on the image
 (each start gets a new one, as a restarted container does), runc runs it in the foreground (runc passes the signals
 it gets to the container's PID 1), and ``remove()`` kills what is left and drops the working container. ``run()``
-runs one process to its end under the chart's restricted pod security (tests/images).
+runs one process to its end under the chart's restricted pod security (tests/images). Every container's env ends
+with the run's mark (``marked``), as every other process a run starts inherits it: ``leftovers`` finds the containers
+a run left behind, and only that run's.
 """
 
 from __future__ import annotations
@@ -87,6 +89,19 @@ def _runc(*args: str) -> list[str]:
     return ["runc", "--root", str(RUNC_ROOT), *args]
 
 
+def marked(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with this run's mark (``procs.RUN_MARK``, when set) last in its process's env. A container's env is
+    its image's and its pod's, not the environment of the process that starts it, so without this the run's mark
+    would not reach it and ``leftovers`` could not tell this run's containers from another run's. A mark the image
+    or the pod set is replaced: a container belongs to the run that starts it."""
+    prefix = f"{procs.RUN_MARK}="
+    env = [item for item in spec["process"]["env"] if not item.startswith(prefix)]
+    mark = os.environ.get(procs.RUN_MARK)
+    if mark:
+        env.append(prefix + mark)
+    return {**spec, "process": {**spec["process"], "env": env}}
+
+
 @functools.cache
 def remove_stale(store: images_build.Storage) -> list[str]:
     """Drop the working containers (and runc state) of processes that are gone: a run killed before it could remove
@@ -133,10 +148,28 @@ class ImageContainer:
             self.config.get("User", ""), security, _read(root / "etc" / "passwd"), _read(root / "etc" / "group")
         )
 
+    def one_off_spec(
+        self, root: Path, command: list[str] | None, args: list[str] | None, mounts: list[Mount]
+    ) -> dict[str, Any]:
+        """The spec of a process run on its own (not a pod's container): the image's config under ``command`` and
+        ``args``, the chart's restricted securityContext, a network namespace with loopback only."""
+        return oci_spec.runtime_spec(
+            root=root,
+            argv=oci_spec.process_args(self.config, command, args),
+            env=self.env,
+            cwd=self.config.get("WorkingDir") or "/",
+            who=self.identity(root, RESTRICTED),
+            security=RESTRICTED,
+            mounts=mounts,
+            hostname="mmrl-image",
+            netns=None,
+        )
+
     def run_argv(self, spec: dict[str, Any]) -> list[str]:
-        """Write ``spec`` as the bundle's config.json; the command line that runs it in the foreground."""
+        """Write ``spec`` as the bundle's config.json, marked as this run's (``marked``); the command line that runs
+        it in the foreground."""
         self.bundle.mkdir(parents=True, exist_ok=True)
-        (self.bundle / "config.json").write_text(json.dumps(spec))
+        (self.bundle / "config.json").write_text(json.dumps(marked(spec)))
         RUNC_ROOT.mkdir(parents=True, exist_ok=True)
         return _runc("run", "--bundle", str(self.bundle), self.container_id)
 
@@ -154,8 +187,7 @@ class ImageContainer:
 
     def stop_runtime(self) -> None:
         """Kill whatever the container still runs and forget it in runc."""
-        subprocess.run(_runc("kill", self.container_id, "KILL"), capture_output=True)
-        subprocess.run(_runc("delete", "--force", self.container_id), capture_output=True)
+        _stop_runtime(self.container_id)
 
     def _drop_working(self) -> None:
         if self._working is not None:
@@ -165,6 +197,17 @@ class ImageContainer:
     def remove(self) -> None:
         self.stop_runtime()
         self._drop_working()
+
+
+def _stop_runtime(container_id: str) -> None:
+    subprocess.run(_runc("kill", container_id, "KILL"), capture_output=True)
+    subprocess.run(_runc("delete", "--force", container_id), capture_output=True)
+
+
+def remove_container(store: images_build.Storage, container_id: str) -> None:
+    """Kill and remove the container ``container_id`` (an ``ImageContainer``'s) that its owner did not remove."""
+    _stop_runtime(container_id)
+    subprocess.run(store.cmd("rm", container_id), capture_output=True)
 
 
 def run(
@@ -180,19 +223,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="mmrl-bundle-") as bundle:
         container = ImageContainer(store, image, Path(bundle), "mmrl-run")
         try:
-            root = container.prepare()
-            config = container.config
-            spec = oci_spec.runtime_spec(
-                root=root,
-                argv=oci_spec.process_args(config, command, args),
-                env=container.env,
-                cwd=config.get("WorkingDir") or "/",
-                who=container.identity(root, RESTRICTED),
-                security=RESTRICTED,
-                mounts=list(mounts or []),
-                hostname="mmrl-image",
-                netns=None,
-            )
+            spec = container.one_off_spec(container.prepare(), command, args, list(mounts or []))
             argv = container.run_argv(spec)
             started = time.monotonic()
             done = subprocess.run(

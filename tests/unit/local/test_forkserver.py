@@ -95,3 +95,18 @@ def test_a_server_whose_imports_start_threads_refuses_to_serve(tmp_path: Path) -
     with pytest.raises(RuntimeError, match="forking this process would not be safe"):
         server.ready()
     server.stop()
+
+
+def test_a_server_forks_only_for_its_own_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child shows the kernel the server's environment, run mark included (the leftovers check reads it there):
+    a request that carries another run's mark is refused, one with the server's own (or none) is served."""
+    monkeypatch.setenv(procs.RUN_MARK, "this-run")
+    server = ForkServer(["json"], tmp_path / "s.sock", tmp_path / "server.log").start()
+    try:
+        with pytest.raises(RuntimeError, match=f"{procs.RUN_MARK}=another-run and this server belongs to the run"):
+            server.spawn(CHILD, ["0"], {procs.RUN_MARK: "another-run"}, tmp_path / "refused.log")
+        assert not (tmp_path / "refused.log").exists()
+        for env in ({procs.RUN_MARK: "this-run"}, {}):
+            assert server.spawn(CHILD, ["0"], env, tmp_path / "child.log").wait(30) == 0
+    finally:
+        server.stop()

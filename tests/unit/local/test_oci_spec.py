@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmrl_local.node import oci_spec
+from mmrl_local.common import procs
+from mmrl_local.node import image_run, oci_spec
 from mmrl_local.node.mountns import Mount
 
 PASSWD = (
@@ -159,3 +160,21 @@ def test_defaults_let_the_root_be_written_and_privileges_escalate(tmp_path: Path
     assert spec["root"]["readonly"] is False and spec["process"]["noNewPrivileges"] is False
     assert spec["process"]["cwd"] == "/" and "HOME=/work" in spec["process"]["env"]
     assert {"type": "network"} in spec["linux"]["namespaces"]
+
+
+def test_the_spec_runc_gets_ends_with_the_runs_mark_and_keeps_the_containers_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's env is its image's and its pod's, not its starter's: the run's mark is appended (``leftovers``
+    finds the containers a run left by it), and a mark the image or pod set does not make it another run's."""
+    monkeypatch.setenv(procs.RUN_MARK, "this-run")
+    who = oci_spec.identity("", {}, PASSWD, GROUP)
+    env = {"PATH": "/usr/bin", procs.RUN_MARK: "another-run", "POD_NAME": "op-0"}
+    spec = oci_spec.runtime_spec(
+        root=tmp_path, argv=["sh"], env=env, cwd="/", who=who, security={}, mounts=[], hostname="h", netns=None
+    )
+    marked = image_run.marked(spec)
+    assert marked["process"]["env"] == ["PATH=/usr/bin", "POD_NAME=op-0", "HOME=/root", f"{procs.RUN_MARK}=this-run"]
+    assert {k: v for k, v in marked.items() if k != "process"} == {k: v for k, v in spec.items() if k != "process"}
+    monkeypatch.delenv(procs.RUN_MARK)  # a run without a mark (a developer's one-off) adds none
+    assert f"{procs.RUN_MARK}=" not in " ".join(image_run.marked(spec)["process"]["env"])
