@@ -36,9 +36,18 @@ class ApiModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
-    """One CEL validation rule as the CRD schema spells it."""
+def cel(
+    rule: str,
+    message: str,
+    field_path: str | None = None,
+    reason: str | None = None,
+    message_expression: str | None = None,
+) -> dict[str, str]:
+    """One CEL validation rule as the CRD schema spells it. `message_expression` (CEL, evaluated only when the
+    rule fails) quotes the values; the apiserver falls back to `message` when it cannot evaluate it."""
     out = {"rule": rule, "message": message}
+    if message_expression:
+        out["messageExpression"] = message_expression
     if field_path:
         out["fieldPath"] = field_path
     if reason:

@@ -3,8 +3,8 @@
 SkyRL 0.3.0 (`skyrl/train/utils/utils.py: validate_batch_sizes`) refuses to start a run whose batch does not divide
 over its data-parallel workers: every GPU of every worker node trains (FSDP, no sequence parallelism), so the data-
 parallel size is the world size (`trainer_config.Placement.world_size`: the worker replicas summed, times the first
-group's GPUs per node, at least one). With `n = samplesPerPrompt` completions per prompt, SkyRL computes each GPU's
-share with integer division, as here:
+group's GPUs per node, at least one; its gpusPerNode, else its instance type's GPUs). With `n = samplesPerPrompt`
+completions per prompt, SkyRL computes each GPU's share with integer division, as here:
 
 - per-GPU mini-batch `miniBatchSize x n // dp` must be at least 1 and a multiple of `microBatchSizePerGpu`;
 - per-GPU step `trainBatchSize x n // dp` must be a multiple of the per-GPU mini-batch.
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from mmrl_api import hardware
 
 if TYPE_CHECKING:
     from mmrl_api.cluster import WorkerGroup
@@ -42,7 +44,7 @@ STEP_SPLIT = (
 
 def data_parallel_size(groups: Sequence[WorkerGroup]) -> int:
     """SkyRL's policy data-parallel size for these worker groups: the world size one attempt trains on."""
-    return sum(g.replicas for g in groups) * max(1, groups[0].gpus_per_node)
+    return sum(g.replicas for g in groups) * max(1, groups[0].gpus)
 
 
 def problems(algorithm: AlgorithmSpec, dp: int) -> list[tuple[str, str]]:
@@ -89,8 +91,7 @@ def _cel_terms(spec: str) -> tuple[str, str, str]:
     """The data-parallel size, per-GPU mini-batch and per-GPU step as CEL over a JobSpec (defaults applied: the
     apiserver fills the cluster's worker groups and the algorithm before rules run)."""
     groups = f"{spec}.cluster.workerGroups"
-    gpus = f"{groups}[0].gpusPerNode"
-    dp = f"({groups}.map(g, g.replicas).sum() * ({gpus} > 0 ? {gpus} : 1))"
+    dp = f"({groups}.map(g, g.replicas).sum() * {hardware.cel_gpus_at_least_one(f'{groups}[0]')})"
     a = f"{spec}.algorithm"
     mini = f"({a}.miniBatchSize * {a}.samplesPerPrompt / {dp})"
     step = f"({a}.trainBatchSize * {a}.samplesPerPrompt / {dp})"

@@ -12,11 +12,13 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_api import constants as c
+from mmrl_api import hardware
 from mmrl_api.base import PRESERVE_UNKNOWN_KEY, ApiModel, cel, cel_rules
 from mmrl_api.constants import TRAINER_RAY_VERSION
 from mmrl_api.kube_syntax import (
+    LABEL_VALUE,
+    LABEL_VALUE_MAX,
     LabelValue,
-    NonEmptyLabelValue,
     ObjectName,
     QualifiedName,
     annotation_map,
@@ -25,6 +27,7 @@ from mmrl_api.kube_syntax import (
 )
 from mmrl_api.kueue import KueueSpec, cluster_rules, field_error, worker_group_problem
 from mmrl_api.kueue_topology import annotation_problem, annotation_rules, group_problem, group_rule
+from mmrl_api.rules import text
 from mmrl_api.spec import DNS_LABEL
 
 
@@ -51,23 +54,56 @@ MAX_JOB_PODS = 1 + MAX_REPLICAS * MAX_WORKER_GROUPS
 """The most Ray pods one job can have (a head and every worker)."""
 
 
+InstanceTypeName: Any = text(
+    LABEL_VALUE_MAX, LABEL_VALUE, *hardware.NAME_RULES, min_length=1, hint=hardware.did_you_mean
+)
+"""A node.kubernetes.io/instance-type value that `hardware.NAME_RULES` allows."""
+
+
 class WorkerGroup(ApiModel):
-    """A group of identical GPU nodes, one Ray worker pod per node."""
+    """A group of identical GPU nodes, one Ray worker pod per node (pods that ask for fewer GPUs than a node has may
+    share one)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": cel_rules(
+            *(cel(r, m, path, message_expression=e) for r, m, path, e in hardware.group_rules())
+        )
+    }
 
     name: str = Field(default="gpu", min_length=1, max_length=20, pattern=DNS_LABEL)
     """Group name (DNS label, unique in the job)."""
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     """Worker pods (one per node). Mutable: changed replicas are applied to the RayCluster."""
-    instance_type: NonEmptyLabelValue | None = "ml.p5.48xlarge"  # type: ignore[valid-type]
-    """HyperPod instance type the pods are pinned to (node.kubernetes.io/instance-type); null to not pin."""
-    gpus_per_node: int = Field(default=8, ge=0, le=16)
-    """nvidia.com/gpu requested per worker pod."""
+    instance_type: InstanceTypeName | None = "ml.p5.48xlarge"  # type: ignore[valid-type]
+    """Instance type the pods are pinned to (node.kubernetes.io/instance-type), e.g. ml.g6e.12xlarge: on HyperPod
+    it starts with 'ml.' (plain EKS, hyperpod: false, names it as EC2 does, g6e.12xlarge), and in a GPU family mmrl
+    knows (p4d, p4de, p5, p5e, p5en, p6-b200, g5, g6, g6e, g7e) it must be one of the sizes mmrl knows. A type mmrl
+    does not know needs gpusPerNode."""
+    gpus_per_node: int | None = Field(default=None, ge=0, le=hardware.MAX_GPUS_PER_NODE)
+    """nvidia.com/gpu requested per worker pod. Unset: every GPU of instanceType (mmrl's table, e.g. 4 on
+    ml.g6e.12xlarge); required for an instance type not in that table. At most the type's GPUs; fewer lets pods
+    share a node. 0 runs the workers without GPUs (the local backend on CPU)."""
     efa_per_node: int = Field(default=0, ge=0, le=32)
     """vpc.amazonaws.com/efa interfaces requested per worker pod (32 on p5.48xlarge)."""
     resources: Resources = Field(default_factory=Resources)
     """CPU/memory requests and limits of the worker container (GPU and EFA come from the fields above)."""
     node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
     """Extra node selector, e.g. sagemaker.amazonaws.com/instance-group-name."""
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs each worker pod requests: gpusPerNode, else all of the instance type's."""
+        if self.gpus_per_node is not None:
+            return self.gpus_per_node
+        return hardware.table_gpus(self.instance_type) or 0
+
+    @model_validator(mode="after")
+    def _fits_the_instance_type(self) -> WorkerGroup:
+        """The Python side of `hardware.group_rules`."""
+        problem = hardware.gpu_count_problem(self.instance_type, self.gpus_per_node)
+        if problem is not None:
+            raise field_error(("gpus_per_node",), problem, self.gpus_per_node)
+        return self
 
 
 KEY_NEEDS_EQUAL = "operator must be Exists when key is empty (a toleration of every taint)"
@@ -208,6 +244,7 @@ class ClusterSpec(ApiModel):
             ),
             *cluster_rules(),
             group_rule(),
+            cel(*hardware.cluster_rule()),
         )
     }
 
@@ -251,4 +288,12 @@ class ClusterSpec(ApiModel):
         problem = group_problem(annotations, len(self.worker_groups))
         if problem is not None:
             raise field_error(("pod_template", "annotations"), problem, annotations)
+        return self
+
+    @model_validator(mode="after")
+    def _hyperpod_names_its_instance_types(self) -> ClusterSpec:
+        """The Python side of `hardware.cluster_rule` (hyperpod is validated after worker_groups)."""
+        problem = hardware.hyperpod_name_problem([g.instance_type for g in self.worker_groups], self.hyperpod)
+        if problem is not None:
+            raise field_error(("worker_groups",), problem, [g.wire() for g in self.worker_groups])
         return self

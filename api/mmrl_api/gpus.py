@@ -73,6 +73,16 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 }
 
 
+HYPERPOD_PREFIX = "ml."
+
+
+def table_name(instance_type: str) -> str:
+    """The table's key for an instance type: HyperPod's name (`ml.p5.48xlarge`), also when it is given as EC2 and
+    plain EKS name it (`p5.48xlarge`)."""
+    return instance_type if instance_type.startswith(HYPERPOD_PREFIX) else HYPERPOD_PREFIX + instance_type
+
+
 def instance_gpu(instance_type: str | None) -> InstanceType | None:
-    """The GPUs of a HyperPod instance type; None when the type is not pinned or not in the table."""
-    return INSTANCE_TYPES.get(instance_type) if instance_type else None
+    """The GPUs of an instance type (HyperPod's or EC2's name); None when the type is not pinned or not in the
+    table."""
+    return INSTANCE_TYPES.get(table_name(instance_type)) if instance_type else None

@@ -316,10 +316,10 @@ def spec_plan(spec: _Job, arch: Architecture | None = None) -> MemoryPlan | None
     if arch is None:
         return None
     groups = spec.cluster.worker_groups
-    world = sum(g.replicas * max(1, g.gpus_per_node) for g in groups)
+    world = sum(g.replicas * max(1, g.gpus) for g in groups)
     plans = [
         task_plan(spec, spec.trainer.backend, found.gpu, world, arch)
         for g in groups
-        if g.gpus_per_node > 0 and (found := instance_gpu(g.instance_type)) is not None
+        if g.gpus > 0 and (found := instance_gpu(g.instance_type)) is not None
     ]
     return min(plans, key=lambda p: p.inputs.gpu.memory_bytes - p.peak_bytes, default=None)

@@ -11,6 +11,7 @@ no lookaround, no backreferences, `(?i)` only as a leading flag.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -53,23 +54,30 @@ def broken(value: str, rules: tuple[Rule, ...]) -> str | None:
     return next((r.message for r in rules if not r.holds(value)), None)
 
 
-def _checker(rules: tuple[Rule, ...]):  # type: ignore[no-untyped-def]
+def _checker(rules: tuple[Rule, ...], hint: Callable[[str], str] | None = None):  # type: ignore[no-untyped-def]
     def check(value: str) -> str:
         message = broken(value, rules)
         if message is not None:
-            raise ValueError(f"{value!r} {message}")
+            raise ValueError(f"{value!r} {message}{hint(value) if hint else ''}")
         return value
 
     return check
 
 
-def text(max_length: int, *rules: Rule, min_length: int = 0, pattern: str | None = None) -> Any:
-    """A string type with a length limit and rules, enforced by pydantic and (as CEL) by the apiserver."""
+def text(
+    max_length: int,
+    *rules: Rule,
+    min_length: int = 0,
+    pattern: str | None = None,
+    hint: Callable[[str], str] | None = None,
+) -> Any:
+    """A string type with a length limit and rules, enforced by pydantic and (as CEL) by the apiserver. `hint`
+    adds to the message of a broken rule what only Python can say about the value (a "did you mean")."""
     extra = cel_rules(*(cel(r.cel(), r.message) for r in rules)) if rules else None
     return Annotated[
         str,
         Field(min_length=min_length, max_length=max_length, pattern=pattern, json_schema_extra=extra),
-        AfterValidator(_checker(rules)),
+        AfterValidator(_checker(rules, hint)),
     ]
 
 

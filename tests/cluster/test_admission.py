@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_api import validate_manifest
 from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support.corpus import bad_cases, bad_manifest, example, good_cases
 
@@ -43,6 +44,17 @@ def test_apiserver_rejects_and_names_the_field(api_client, namespace, mmrl_crd, 
     message = json.loads(err.value.body)["message"]
     # kube-apiserver prints list indices as [0], like mmrl validate.
     assert case.expect in message, f"{case.case}: {case.expect!r} not in {message!r}"
+
+
+def test_apiserver_quotes_the_instance_types_gpus_as_mmrl_validate_does(api_client, namespace, mmrl_crd) -> None:
+    """The rule's messageExpression reads the same table as the model's validator, so both print the same sentence."""
+    case = next(case for case in CASES if case.case == "gpus-above-the-instance-type")
+    _, errors = validate_manifest(bad_manifest(case))
+    assert [e.path for e in errors] == [case.expect] and "has (4 GPUs per node)" in errors[0].message
+    with pytest.raises(client.exceptions.ApiException) as err:
+        create(api_client, namespace, bad_manifest(case))
+    message = json.loads(err.value.body)["message"]
+    assert f"{case.expect}: Invalid value: " in message and message.endswith(errors[0].message), message
 
 
 @pytest.mark.parametrize("field", ["model", "lora", "algorithm", "dataset", "checkpoint", "trainer.backend"])

@@ -52,6 +52,8 @@ TRICKY = [
     "redis://:pw@h:6379", "https://host:8080/x", "user@example.com", "a://b:@c", "NoExecute", "NoSchedule",
     "PreferNoSchedule", "Exists", "Equal", "true", "1e-4", "16Gi", "500m", "lots", "0", "-1", "1.2.3",
     "\u0661.\u0662.\u0663", "my.rewards:score", "ml.p5.48xlarge", "custom", "numeric", "grpo", "head", "Team-Queue",
+    "p5.48xlarge", "ml.g6e.12xlarge", "ml.g5.xlarge", "ml.p5.48xlarg", "ML.P5.48XLARGE", "ml.m5.12xlarge",
+    "ml.p6e-gb200.36xlarge", "g6e.12xl",
 ]
 # fmt: on
 OTHER_TYPES = ["x", 0, 1, -1, 1.5, 2.0, True, False, None, [], {}, ["a"], {"a": "b"}]

@@ -19,7 +19,7 @@ from mmrl_operator.cli.sources import Source, read_sources
 
 def _summary(job: Any, namespace: str | None, fallback: str) -> str:
     spec = job.spec
-    gpus = sum(g.replicas * g.gpus_per_node for g in spec.cluster.worker_groups)
+    gpus = sum(g.replicas * g.gpus for g in spec.cluster.worker_groups)
     steps = f"maxSteps {spec.algorithm.max_steps}" if spec.algorithm.max_steps else f"epochs {spec.algorithm.epochs}"
     return (
         f"{namespace or job.metadata.namespace or fallback}/{job.name}: {spec.algorithm.name} on {spec.model.name}, "
@@ -36,11 +36,18 @@ def _footprint(job: Any) -> str:
 
 def _memory_plan(job: Any, where: str, out: TextIO, err: TextIO) -> bool:
     """Print the job's GPU memory plan; False (with each problem on `err`, field first) when it does not fit."""
+    from mmrl_api.hardware import closest, known
     from mmrl_api.memory_plan import spec_plan
 
     plan = spec_plan(job.spec)
     if plan is None:
         print(f"{where}: GPU memory plan: unknown (needs a reference model and a known instanceType)", file=out)
+        for g in job.spec.cluster.worker_groups:
+            if g.instance_type and not known(g.instance_type) and (hint := closest(g.instance_type)):
+                print(
+                    f"{where}: note: instanceType {g.instance_type} is not in mmrl's table; did you mean {hint}?",
+                    file=out,
+                )
         return True
     for line in plan.lines(problems=False):
         print(f"{where}: {line}", file=out)

@@ -33,7 +33,9 @@ def test_minimal_job_gets_the_reference_recipe() -> None:
     assert s.checkpoint.interval_steps == 5 and s.checkpoint.pvc.mount_path == "/fsx"
     assert s.dataset.reward.name == "exact_match" and s.dataset.format == "parquet"
     assert [g.name for g in s.cluster.worker_groups] == ["gpu"]
-    assert s.cluster.worker_groups[0].gpus_per_node == 8 and s.cluster.hyperpod is True
+    group = s.cluster.worker_groups[0]
+    assert (group.instance_type, group.gpus_per_node, group.gpus) == ("ml.p5.48xlarge", None, 8)
+    assert s.cluster.hyperpod is True
     assert (s.resilience.max_restarts, s.resilience.max_infra_restarts) == (2, 10)
     assert s.inference.enabled and s.suspend is False and s.ttl_seconds_after_finished is None
 

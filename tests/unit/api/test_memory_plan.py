@@ -92,8 +92,10 @@ def test_a_job_that_does_not_fit_is_refused_naming_the_field(
 
 def test_unknown_model_or_instance_type_is_not_planned(tmp_path: Path) -> None:
     assert spec_plan(MultimodalRLJob.model_validate(maze(**{"model.name": "org/mystery-vlm"})).spec) is None
-    rc, out, _ = validate(maze(**{"cluster.workerGroups.0.instanceType": "ml.trn1.32xlarge"}), tmp_path)
+    unknown = {"cluster.workerGroups.0.instanceType": "ml.p6e-gb200.36xlarge", "cluster.workerGroups.0.gpusPerNode": 4}
+    rc, out, _ = validate(maze(**unknown), tmp_path)
     assert rc == 0 and "GPU memory plan: unknown" in out
+    assert "instanceType ml.p6e-gb200.36xlarge is not in mmrl's table; did you mean ml.p6-b200.48xlarge?" in out
 
 
 def test_the_trainer_config_carries_the_workers_gpu() -> None:

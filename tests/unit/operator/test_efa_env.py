@@ -46,14 +46,16 @@ def test_the_head_and_workers_without_efa_get_no_efa_settings() -> None:
         ("ml.p4de.24xlarge", True),
         ("ml.p5en.48xlarge", True),
         ("ml.p6-b200.48xlarge", True),
-        ("p5.48xlarge", True),  # plain EKS names the type without HyperPod's ml. prefix
+        ("p5.48xlarge", True),  # plain EKS (hyperpod: false) names the type without HyperPod's ml. prefix
         ("ml.g5.48xlarge", False),  # EFA without RDMA: forcing it would abort the process in libfabric
         ("ml.g6e.48xlarge", False),
         (None, False),
     ],
 )
 def test_gpudirect_rdma_is_forced_only_where_the_efa_device_has_it(instance_type: str | None, rdma: bool) -> None:
-    env = worker_env(group(instanceType=instance_type, efaPerNode=1))
+    patch = group(instanceType=instance_type, efaPerNode=1)
+    patch["spec"]["cluster"]["hyperpod"] = instance_type is None or instance_type.startswith("ml.")
+    env = worker_env(patch)
     assert env["FI_PROVIDER"] == "efa"
     assert ("FI_EFA_USE_DEVICE_RDMA" in env) is rdma
 

@@ -134,7 +134,7 @@ def _pod_template(
 def _worker_resources(group: WorkerGroup) -> dict[str, Any]:
     requests = dict(group.resources.requests)
     limits = dict(group.resources.limits)
-    for resource, count in ((c.GPU_RESOURCE, group.gpus_per_node), (c.EFA_RESOURCE, group.efa_per_node)):
+    for resource, count in ((c.GPU_RESOURCE, group.gpus), (c.EFA_RESOURCE, group.efa_per_node)):
         if count:
             # Extended resources must have request == limit.
             requests[resource] = limits[resource] = str(count)
@@ -150,9 +150,7 @@ def _worker_group(job: MultimodalRLJob, group: WorkerGroup) -> dict[str, Any]:
     selector = dict(group.node_selector)
     if group.instance_type:
         selector[c.INSTANCE_TYPE_LABEL] = group.instance_type
-    gpu_toleration = (
-        [{"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}] if group.gpus_per_node else []
-    )
+    gpu_toleration = [{"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}] if group.gpus else []
     return {
         "groupName": group.name,
         "replicas": group.replicas,

@@ -49,7 +49,7 @@ def placement(groups: list[WorkerGroup]) -> Placement:
     found = instance_gpu(groups[0].instance_type)
     return Placement(
         num_nodes=sum(g.replicas for g in groups),
-        gpus_per_node=groups[0].gpus_per_node,
+        gpus_per_node=groups[0].gpus,
         gpu_model=found.gpu.model if found else None,
         gpu_memory_mib=found.gpu.memory_mib if found else None,
     )
