@@ -1,6 +1,7 @@
 """Do `mmrl validate` and the apiserver agree on which job specs are valid? Generate specs (mutations of
 examples/*.yaml, values from hypothesis strategies built from the models' schema) and compare the verdict of
-`validate_manifest` with a server-side dry-run create against the installed CRD, for every one.
+`validate_as_apiserver` (`mmrl validate` before the GPU memory plan, which only it and the operator check) with a
+server-side dry-run create against the installed CRD, for every one.
 
 Prints the number of specs, how many each side accepted, the disagreements (the first few in full) and the
 seconds spent generating and comparing; exits 1 on any disagreement.

@@ -14,7 +14,9 @@ _WHERE = {
         ("ClusterSpec", "HeadSpec", "KueueSpec", "PodTemplateOverrides", "Resources", "WorkerGroup"), "cluster"
     ),
     **dict.fromkeys(("EnvironmentSpec", "ObservationSpec"), "environment"),
-    **dict.fromkeys(("FieldError", "JobSpec", "MultimodalRLJob", "parse_job", "validate_manifest"), "job"),
+    **dict.fromkeys(
+        ("FieldError", "JobSpec", "MultimodalRLJob", "parse_job", "validate_as_apiserver", "validate_manifest"), "job"
+    ),
     **dict.fromkeys(
         ("CheckpointSpec", "InferenceSpec", "PVCCheckpoint", "ResilienceSpec", "S3Checkpoint"), "lifecycle"
     ),
@@ -37,7 +39,7 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from mmrl_api.cluster import ClusterSpec, HeadSpec, KueueSpec, PodTemplateOverrides, Resources, WorkerGroup
     from mmrl_api.environment import EnvironmentSpec, ObservationSpec
-    from mmrl_api.job import FieldError, JobSpec, MultimodalRLJob, parse_job, validate_manifest
+    from mmrl_api.job import FieldError, JobSpec, MultimodalRLJob, parse_job, validate_as_apiserver, validate_manifest
     from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, PVCCheckpoint, ResilienceSpec, S3Checkpoint
     from mmrl_api.spec import AlgorithmSpec, DatasetSpec, EnvVar, LoRASpec, ModelSpec, RewardSpec, TrainerSpec
     from mmrl_api.status import PHASES, Attempt, Condition, JobStatus, Progress
@@ -72,5 +74,6 @@ __all__ = [
     "TrainerSpec",
     "WorkerGroup",
     "parse_job",
+    "validate_as_apiserver",
     "validate_manifest",
 ]

@@ -1,8 +1,11 @@
 """The MultimodalRLJob resource as a whole: spec, status, metadata rules, and validation with field paths.
 
-`validate_manifest` is the one validation path used by `mmrl validate`, the operator's second line of defence
-and the tests (`manifest.validate_document`: every problem as `FieldError(path, message)`, with the path `kubectl`
-prints for an admission error).
+`validate_manifest` is the one validation path used by `mmrl validate`, `mmrl render`, the operator's second line
+of defence (`parse_job`) and the tests: every problem as `FieldError(path, message)`, with the path `kubectl` prints
+for an admission error. It is `validate_as_apiserver` (the models, whose rules the CRD's schema and CEL are
+generated from: exactly what the apiserver refuses) and then the GPU memory plan, which no CEL rule can compute. So
+a job whose plan does not fit passes `kubectl apply`, and the operator refuses it before creating any child object
+(InvalidSpec, with the plan's message), as `mmrl validate` does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from mmrl_api.environment import LOCAL_CANNOT_RUN_SKYRL_GYM
 from mmrl_api.kueue import field_error, field_errors, job_transition_rules
 from mmrl_api.lifecycle import CheckpointSpec, InferenceSpec, ResilienceSpec
 from mmrl_api.manifest import FieldError, validate_document
+from mmrl_api.memory_plan import spec_plan
 from mmrl_api.spec import AlgorithmSpec, DatasetSpec, LoRASpec, ModelSpec, TrainerSpec
 from mmrl_api.status import JobStatus
 from mmrl_api.tracking import TrackingSpec
@@ -201,13 +205,34 @@ class MultimodalRLJob(ApiModel):
         return self.metadata.namespace or "default"
 
 
-def validate_manifest(doc: Any) -> tuple[MultimodalRLJob | None, list[FieldError]]:
-    """Validate one parsed YAML document; return the model (when valid) and every error with its path."""
+def validate_as_apiserver(doc: Any) -> tuple[MultimodalRLJob | None, list[FieldError]]:
+    """Validate one parsed YAML document as the apiserver does with the generated CRD (schema and CEL); return the
+    model (when valid) and every error with its path."""
     return validate_document(doc, MultimodalRLJob, lambda name: ObjectMeta(name=name).problems())
 
 
+def plan_refusals(spec: JobSpec) -> list[FieldError]:
+    """What the GPU memory plan refuses of a valid spec, each naming the field to change; nothing when the plan
+    fits or cannot be made (a model or instance type outside mmrl's tables)."""
+    plan = spec_plan(spec)
+    if plan is None or plan.fits:
+        return []
+    return [FieldError(p.field, f"{p.message} ({plan.verdict()})") for p in plan.problems]
+
+
+def validate_manifest(doc: Any) -> tuple[MultimodalRLJob | None, list[FieldError]]:
+    """Validate one parsed YAML document as mmrl does: `validate_as_apiserver`, then `plan_refusals`. Return the
+    model (when valid) and every error with its path."""
+    job, errors = validate_as_apiserver(doc)
+    if job is None:
+        return None, errors
+    refused = plan_refusals(job.spec)
+    return (None, refused) if refused else (job, [])
+
+
 def parse_job(obj: dict[str, Any]) -> MultimodalRLJob:
-    """Parse a job read from the cluster; raise ValueError naming every bad field."""
+    """Parse a job read from the cluster as `mmrl validate` reads a file, its GPU memory plan included (the
+    operator's second line of defence); raise ValueError naming every bad field."""
     job, errors = validate_manifest(obj)
     if job is None:
         raise ValueError("; ".join(str(e) for e in errors))

@@ -125,6 +125,14 @@ class MemoryPlan:
     def fits(self) -> bool:
         return not self.problems
 
+    def verdict(self) -> str:
+        """One line: the peak against the GPU, and whether it fits."""
+        i = self.inputs
+        return (
+            f"GPU memory plan: peak {self.peak_bytes / GiB:.1f} of {i.gpu.memory_bytes / GiB:.1f} GiB per "
+            f"{i.gpu.model}, world size {i.world_size}: " + ("fits" if self.fits else "does NOT fit")
+        )
+
     def lines(self, *, problems: bool = True) -> list[str]:
         i = self.inputs
         out = [

@@ -14,7 +14,8 @@ from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support.corpus import bad_cases, bad_manifest, example, good_cases
 
 pytestmark = pytest.mark.cluster
-CASES = bad_cases()
+CASES = [case for case in bad_cases() if case.by_apiserver]
+OPERATOR_CASES = [case for case in bad_cases() if not case.by_apiserver]
 GOOD = good_cases()
 
 
@@ -55,6 +56,13 @@ def test_apiserver_quotes_the_instance_types_gpus_as_mmrl_validate_does(api_clie
         create(api_client, namespace, bad_manifest(case))
     message = json.loads(err.value.body)["message"]
     assert f"{case.expect}: Invalid value: " in message and message.endswith(errors[0].message), message
+
+
+@pytest.mark.parametrize("case", OPERATOR_CASES, ids=[case.case for case in OPERATOR_CASES])
+def test_apiserver_accepts_what_only_the_operator_can_refuse(api_client, namespace, mmrl_crd, case) -> None:
+    """No CEL rule can compute the GPU memory plan: such a job is applied, and the operator refuses it before its
+    first child (tests/cluster/test_memory_plan_refusal.py)."""
+    create(api_client, namespace, bad_manifest(case))
 
 
 @pytest.mark.parametrize("field", ["model", "lora", "algorithm", "dataset", "checkpoint", "trainer.backend"])

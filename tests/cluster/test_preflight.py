@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from mmrl_local.addons.operator_process import OperatorProcess
-from tests.support.jobspecs import cluster_job
+from mmrl_operator.core.jsonmerge import merge_patch
+from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.operator import Jobs, phases_until_done, wait_until
 
 pytestmark = pytest.mark.cluster
-# S3 checkpoints (no PVC for kwok pods to wait on), so the local backend: the SkyRL self-test needs a PVC.
-PREFLIGHT = {"spec": {"preflight": True, "trainer": {"backend": "local"}}}
+# S3 checkpoints (no PVC for kwok pods to wait on), so the local backend (MULTI_NODE's small model, which fits): the
+# SkyRL self-test needs a PVC.
+PREFLIGHT = merge_patch(MULTI_NODE, {"spec": {"preflight": True}})
 
 
 @pytest.fixture

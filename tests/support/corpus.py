@@ -22,6 +22,13 @@ class BadCase:
     patch: dict[str, Any]
     kueue: bool = False
     """Kueue's own RayCluster webhook refuses the RayCluster such a job would produce (test_kueue_webhook.py)."""
+    refused_by: str = "apiserver"
+    """Who refuses it at apply time: the apiserver (schema and CEL), or, for what no CEL rule can compute (the GPU
+    memory plan), the operator, before it creates any child; `mmrl validate` refuses both."""
+
+    @property
+    def by_apiserver(self) -> bool:
+        return self.refused_by == "apiserver"
 
 
 def example(name: str = "job.yaml") -> dict[str, Any]:

@@ -11,7 +11,9 @@ from tests.support.corpus import example
 # A job on more than one worker node: admission refuses multi-node SkyRL with S3 checkpoints (its engines load each
 # step's adapter from a path every pod shares), so such tests train with the local backend. The operator's handling
 # of clusters, nodes and attempts is the same for both backends.
-MULTI_NODE = {"spec": {"trainer": {"backend": "local"}}}
+MULTI_NODE = {"spec": {"trainer": {"backend": "local"}, "model": {"name": "mmrl-test/tiny-vlm"}}}
+"""The local backend trains in one process on one GPU, where the reference 8B model's step of 512 completions
+does not fit (its GPU memory plan, which the operator refuses): so a small model, which has no plan."""
 
 
 def cluster_job(name: str, patch: dict[str, Any] | None = None, *, workers: int = 1) -> dict[str, Any]:

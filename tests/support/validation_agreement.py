@@ -4,10 +4,10 @@ Specs are mutations of examples/*.yaml: hypothesis picks up to three fields anyw
 list items and map values included, plus metadata.name) and sets each to a value drawn from a strategy built
 from that field's schema, which the CRD generator derives from the pydantic models: values inside and just
 outside the limits, the field's own pattern, strings chosen to trip the admission rules (paths, URIs, label
-syntax, credentials), other JSON types, or deletion. `validate_manifest` (what `mmrl validate` calls) gives one
-verdict; a server-side dry-run create (`dryRun=All`, strict field validation) against the installed CRD gives
-the other. Used by tests/cluster/test_validation_agreement.py (a few hundred specs) and
-bench/validation_agreement.py (thousands).
+syntax, credentials), other JSON types, or deletion. `validate_as_apiserver` (what `mmrl validate` checks before
+the GPU memory plan, which no CEL rule can compute and the operator checks instead) gives one verdict; a server-side
+dry-run create (`dryRun=All`, strict field validation) against the installed CRD gives the other. Used by
+tests/cluster/test_validation_agreement.py (a few hundred specs) and bench/validation_agreement.py (thousands).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from mmrl_api import JobSpec, validate_manifest
+from mmrl_api import JobSpec, validate_as_apiserver
 from mmrl_api import constants as c
 from mmrl_operator.codegen import crd
 from tests.support.corpus import example
@@ -214,7 +214,7 @@ class Disagreement:
 
 
 def local_verdict(doc: dict[str, Any]) -> Verdict:
-    job, errors = validate_manifest(doc)
+    job, errors = validate_as_apiserver(doc)
     return Verdict(job is not None, "; ".join(str(e) for e in errors))
 
 

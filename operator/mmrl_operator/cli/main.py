@@ -1,6 +1,7 @@
 """`mmrl` command line: validate and render job files offline, inspect a job on the cluster, run the operator.
 
-It reads like kubectl: every command but `operator` takes `-n/--namespace`, `--kubeconfig` and `--context` from one
+`mmrl validate` accepts exactly what the apiserver and the operator together accept (validate.py). It reads like
+kubectl: every command but `operator` takes `-n/--namespace`, `--kubeconfig` and `--context` from one
 parent parser; files come with `-f FILE|DIR|-`; data comes out with `-o yaml|json`. Errors go through one handler
 (errors.py): a user's mistake is one line on stderr and a non-zero exit status, never a traceback. Commands import
 what they need (the Kubernetes client, YAML, the API's models) only when they run, so `mmrl operator` starts without

@@ -105,7 +105,7 @@ def render_sources(sources: Sequence[Source], namespace: str | None, fallback: s
             for e in errors:
                 print(f"{source.name}: {e.path}: {e.message}", file=err)
             if job is None:
-                return 1  # nothing is printed for a file the apiserver would refuse in part
+                return 1  # nothing is printed for a file the apiserver or the operator would refuse in part
             if job.spec.suspend:
                 print(f"{source.name}: spec.suspend is true: the operator creates these once it is false", file=err)
             plan = spec_plan(job.spec)

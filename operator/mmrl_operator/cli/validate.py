@@ -1,8 +1,9 @@
 """`mmrl validate`: check MultimodalRLJob and ModelServer files offline, with the models the CRD is generated from.
 
-A file it accepts is one the apiserver accepts, and the error paths match what `kubectl apply` would print. For each
-job it also prints the summary, the checkpoint footprint and the GPU memory plan, and refuses a job whose plan does
-not fit.
+It refuses what the apiserver refuses (the error paths match what `kubectl apply` would print), and also a job whose
+GPU memory plan does not fit, which the apiserver cannot compute and the operator refuses before creating anything:
+it accepts exactly what the apiserver and the operator together accept. For each job it also prints the summary, the
+checkpoint footprint and the GPU memory plan.
 """
 
 from __future__ import annotations
@@ -34,26 +35,22 @@ def _footprint(job: Any) -> str:
     return found.describe() if found else f"unknown (no parameter count for {job.spec.model.name})"
 
 
-def _memory_plan(job: Any, where: str, out: TextIO, err: TextIO) -> bool:
-    """Print the job's GPU memory plan; False (with each problem on `err`, field first) when it does not fit."""
+def _memory_plan(job: Any, where: str, out: TextIO) -> None:
+    """Print the GPU memory plan of a job `validate_manifest` accepted (one that does not fit is refused there)."""
     from mmrl_api.hardware import closest, known
     from mmrl_api.memory_plan import spec_plan
 
     plan = spec_plan(job.spec)
-    if plan is None:
-        print(f"{where}: GPU memory plan: unknown (needs a reference model and a known instanceType)", file=out)
-        for g in job.spec.cluster.worker_groups:
-            if g.instance_type and not known(g.instance_type) and (hint := closest(g.instance_type)):
-                print(
-                    f"{where}: note: instanceType {g.instance_type} is not in mmrl's table; did you mean {hint}?",
-                    file=out,
-                )
-        return True
-    for line in plan.lines(problems=False):
-        print(f"{where}: {line}", file=out)
-    for problem in plan.problems:
-        print(f"{where}: {problem.field}: {problem.message}", file=err)
-    return plan.fits
+    if plan is not None:
+        for line in plan.lines(problems=False):
+            print(f"{where}: {line}", file=out)
+        return
+    print(f"{where}: GPU memory plan: unknown (needs a reference model and a known instanceType)", file=out)
+    for g in job.spec.cluster.worker_groups:
+        if g.instance_type and not known(g.instance_type) and (hint := closest(g.instance_type)):
+            print(
+                f"{where}: note: instanceType {g.instance_type} is not in mmrl's table; did you mean {hint}?", file=out
+            )
 
 
 def _validate_server(doc: dict[str, Any], where: str, out: TextIO, err: TextIO) -> bool:
@@ -83,7 +80,8 @@ def _validate_job(doc: Any, where: str, namespace: tuple[str | None, str], out: 
         return False
     print(f"{where}: ok: {_summary(job, *namespace)}", file=out)
     print(f"{where}: checkpoint footprint: {_footprint(job)}", file=out)
-    return _memory_plan(job, where, out, err)
+    _memory_plan(job, where, out)
+    return True
 
 
 def validate_sources(sources: Sequence[Source], namespace: str | None, fallback: str, out: TextIO, err: TextIO) -> int:

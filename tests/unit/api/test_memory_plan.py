@@ -86,8 +86,8 @@ def test_a_job_that_does_not_fit_is_refused_naming_the_field(
     changes: dict, field: str, numbers: str, tmp_path: Path
 ) -> None:
     rc, out, err = validate(maze(**changes), tmp_path)
-    assert rc == 1 and "does NOT fit" in out
-    assert f"job.yaml: {field}: " in err and numbers in err
+    assert rc == 1 and out == ""
+    assert f"job.yaml: {field}: " in err and numbers in err and "does NOT fit" in err
 
 
 def test_unknown_model_or_instance_type_is_not_planned(tmp_path: Path) -> None:
