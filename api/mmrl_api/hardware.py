@@ -114,7 +114,7 @@ def hyperpod_name_problem(instance_types: Sequence[str | None], hyperpod: bool) 
     for i, name in enumerate(instance_types):
         if hyperpod and name is not None and not name.startswith(HYPERPOD_PREFIX):
             hint = did_you_mean(name, prefixed=True)
-            return f"workerGroups[{i}].instanceType: {name!r} {NOT_HYPERPOD}{hint}; {PLAIN_EKS}"
+            return f"workerGroups[{i}].instanceType: {name!r} {NOT_HYPERPOD} ({PLAIN_EKS}){hint}"
     return None
 
 
@@ -173,4 +173,4 @@ def cluster_rule() -> tuple[str, str, str]:
     """(rule, message, fieldPath) on spec.cluster (self): the CEL side of `hyperpod_name_problem`."""
     hyperpod = "(!has(self.hyperpod) || self.hyperpod)"
     names = f"self.workerGroups.all(g, !has(g.instanceType) || g.instanceType.startsWith('{HYPERPOD_PREFIX}'))"
-    return f"!{hyperpod} || {names}", f"every instanceType {NOT_HYPERPOD}; {PLAIN_EKS}", ".workerGroups"
+    return f"!{hyperpod} || {names}", f"every instanceType {NOT_HYPERPOD} ({PLAIN_EKS})", ".workerGroups"
