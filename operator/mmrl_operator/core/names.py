@@ -91,6 +91,16 @@ def uid8(job: MultimodalRLJob) -> str:
     return job_uid(job).replace("-", "")[:8] or "nouid"
 
 
+def hf_cache_dir(job: MultimodalRLJob) -> str | None:
+    """`<root>/<namespace>/.cache/huggingface` on the checkpoint claim: the Hugging Face cache (HF_HOME) of every job of
+    the namespace on that claim, so a hub model is downloaded once per namespace and claim, not by every Ray pod on
+    every attempt. None for S3 checkpoints (no shared filesystem)."""
+    pvc = job.spec.checkpoint.pvc
+    if pvc is None:
+        return None
+    return f"{pvc.mount_path.rstrip('/')}/{pvc.sub_path.strip('/')}/{job.namespace}/.cache/huggingface"
+
+
 def job_dir(job: MultimodalRLJob) -> str:
     """`<root>/<namespace>/<name>-<uid8>`: unique per job object, so a re-created job never resumes a stranger."""
     ckpt = job.spec.checkpoint

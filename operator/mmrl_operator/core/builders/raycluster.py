@@ -20,7 +20,7 @@ from mmrl_operator.core.builders.common import SPEC_HASH_ANNOTATION, child_metad
 from mmrl_operator.core.builders.efa import efa_env
 from mmrl_operator.core.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.core.jsonmerge import merge_patch
-from mmrl_operator.core.names import job_dir, kueue_labels, raycluster_name, service_account_name
+from mmrl_operator.core.names import hf_cache_dir, job_dir, kueue_labels, raycluster_name, service_account_name
 from mmrl_operator.core.observed import AVOIDED_NODES_ANNOTATION
 
 SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
@@ -56,6 +56,9 @@ def _env(job: MultimodalRLJob) -> list[dict[str, Any]]:
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
+    cache = hf_cache_dir(job)
+    if cache is not None and "HF_HOME" not in _user_env(job):  # a job's own HF_HOME wins
+        fixed.append({"name": "HF_HOME", "value": cache})
     return fixed + [e.wire() for e in job.spec.trainer.env] + _tracking_env(job)
 
 
