@@ -1,13 +1,15 @@
 """The local kubelet finishes a graceful delete as a kubelet does: SIGTERM, the grace period, SIGKILL, and the pod
-object goes, also for a process that takes its time to stop (as a draining Ray node does). And a pod runs from its
-image wherever that image lives on this machine."""
+object goes, also for a process that takes its time to stop (as a draining Ray node does) and for one that ignores
+SIGTERM. And a pod runs from its image wherever that image lives on this machine."""
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,40 +21,100 @@ from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster
 
-SLOW_TO_STOP = """
+# Each container leaves what it did in /markers, a hostPath volume the test reads: the pod object (and with it the
+# containers' statuses) is gone by the time the test looks.
+DRAINS = """
 import signal, sys, time
 def drain(*_):
-    print("draining", flush=True)
-    time.sleep(3)
+    open("/markers/term", "w").close()
+    time.sleep(2)  # finishing its work, as a Ray node drains
+    open("/markers/drained", "w").close()
     sys.exit(0)
 signal.signal(signal.SIGTERM, drain)
 print("up", flush=True)
 while True:
     time.sleep(1)
 """
+# Holds a lock on /markers/alive for as long as it lives: the kernel drops the lock when the process dies, so the
+# test sees the moment of the kill without any clock inside the pod.
+IGNORES_TERM = """
+import fcntl, signal, time
+alive = open("/markers/alive", "w")
+fcntl.flock(alive, fcntl.LOCK_EX)
+signal.signal(signal.SIGTERM, lambda *_: open("/markers/term", "w").close())
+print("up", flush=True)
+while True:
+    time.sleep(1)
+"""
 
 
-@pytest.mark.parametrize("grace", [30, 1])
-def test_a_graceful_delete_ends_with_the_pod_object_gone(
-    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path, grace
-):
-    with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
-        node = hyperpod_nodes.cpu(kubelet=True)
-        spec = {"nodeName": node, "terminationGracePeriodSeconds": grace}
-        spec["containers"] = [{"name": "main", "image": "mmrl/trainer:test", "command": ["python", "-c", SLOW_TO_STOP]}]
-        core.create_namespaced_pod(namespace, {"metadata": {"name": "slow"}, "spec": spec})
-        wait_until(lambda: core.read_namespaced_pod("slow", namespace).status.phase == "Running", 60, what="running")
-        wait_until(lambda: "up" in core.read_namespaced_pod_log("slow", namespace), 30, what="started")
-        core.delete_namespaced_pod("slow", namespace)
+def start_pod(core: client.CoreV1Api, namespace: str, node: str, script: str, markers: Path, grace: int) -> None:
+    markers.mkdir()
+    spec = {"nodeName": node, "terminationGracePeriodSeconds": grace}
+    spec["containers"] = [
+        {
+            "name": "main",
+            "image": "mmrl/trainer:test",
+            "command": ["python", "-c", script],
+            "volumeMounts": [{"name": "markers", "mountPath": "/markers"}],
+        }
+    ]
+    spec["volumes"] = [{"name": "markers", "hostPath": {"path": str(markers)}}]
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "slow"}, "spec": spec})
+    wait_until(lambda: core.read_namespaced_pod("slow", namespace).status.phase == "Running", 60, what="running")
+    wait_until(lambda: "up" in core.read_namespaced_pod_log("slow", namespace), 30, what="started")
 
-        def gone() -> bool:
-            try:
-                core.read_namespaced_pod("slow", namespace)
-            except client.ApiException as err:
-                return err.status == 404
+
+def pod_gone(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespaced_pod("slow", namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
+def lock_released(path: Path) -> bool:
+    """Whether no process holds the lock on `path` any more (its holder died)."""
+    with open(path) as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             return False
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return True
 
-        wait_until(gone, grace + 30, what="the pod object removed by the kubelet")
+
+def test_a_graceful_delete_sends_sigterm_lets_the_container_drain_and_removes_the_pod_object(
+    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path
+):
+    markers = tmp_path / "markers"
+    with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
+        start_pod(core, namespace, hyperpod_nodes.cpu(kubelet=True), DRAINS, markers, grace=30)
+        core.delete_namespaced_pod("slow", namespace)
+        wait_until(lambda: pod_gone(core, namespace), 90, what="the pod object removed by the kubelet")
+    # SIGTERM came first (a SIGKILL runs no handler), and the drain ran to its end within the grace period.
+    assert sorted(p.name for p in markers.iterdir()) == ["drained", "term"]
+    assert not kubelet.errors
+
+
+def test_a_container_that_ignores_sigterm_is_killed_once_its_grace_period_is_over(
+    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path
+):
+    grace, markers = 3, tmp_path / "markers"
+    with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
+        start_pod(core, namespace, hyperpod_nodes.cpu(kubelet=True), IGNORES_TERM, markers, grace=grace)
+        assert not lock_released(markers / "alive")
+        asked = time.monotonic()
+        core.delete_namespaced_pod("slow", namespace)
+        wait_until((markers / "term").exists, 30, what="the container to get SIGTERM")
+        wait_until(lambda: lock_released(markers / "alive"), grace + 60, what="the container to be killed")
+        lived = time.monotonic() - asked
+        wait_until(lambda: pod_gone(core, namespace), 60, what="the pod object removed by the kubelet")
+    # A lower bound that load cannot break: the kubelet starts the grace period only after the delete was asked for,
+    # and the lock is seen free only after the kill. Killed sooner, the container did not get its grace period.
+    assert lived >= grace, f"killed {lived:.1f}s after the delete, within its {grace}s grace period"
     assert not kubelet.errors
 
 
