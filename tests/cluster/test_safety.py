@@ -77,20 +77,30 @@ def test_operator_restarts_never_stop_training_on_nodes_its_caches_have_not_seen
 def test_a_cordoned_node_does_not_make_an_application_failure_infra(jobs, operator, kuberay, hyperpod_nodes, core):
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(1)
-    kuberay.script("geo-a1", "fail-after=4,message=loss is NaN")
+    kuberay.script("geo-a1", "hang")  # fails only once the operator has seen the cordon (below)
     kuberay.script("geo-a2", "succeed-after=1")
     jobs.create(cluster_job("geo"))
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
-    worker = next(
-        p for p in core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_JOB}=geo").items if p.spec.node_name
-    )
-    core.patch_node(worker.spec.node_name, {"spec": {"unschedulable": True}})  # kubectl cordon
+    pods = core.list_namespaced_pod(jobs.ns, label_selector=f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}=ray-worker")
+    node = next(p.spec.node_name for p in pods.items if p.spec.node_name)
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # kubectl cordon
     try:
+        assert core.read_node(node).spec.unschedulable is True
+        # The operator has judged the cordoned node while attempt 1 still trains on it (one status snapshot), so
+        # the failure below happens on a node it knows to be cordoned.
+        status = wait_until(
+            lambda: (st := jobs.status("geo")).get("degradedNodes") == [node] and st,
+            30,
+            what=f"the operator to report the cordoned node {node}",
+        )
+        assert status["attempts"][0]["result"] == "Running" and jobs.condition("geo", "NodeFaults") == "True"
+        kuberay.script("geo-a1", "fail-after=0,message=loss is NaN")
         wait_until(lambda: jobs.status("geo").get("phase") == "Succeeded", 90, what="the job to succeed")
     finally:
-        core.patch_node(worker.spec.node_name, {"spec": {"unschedulable": False}})
+        core.patch_node(node, {"spec": {"unschedulable": False}})
     status = jobs.status("geo")
     assert status["attempts"][0]["failure"] == "application" and status["restarts"] == {"application": 1}
+    assert "loss is NaN" in status["attempts"][0]["message"]
 
 
 def test_raising_maxrestarts_resumes_a_job_that_ran_out_of_restarts(jobs, operator, kuberay, nodes_ready):
