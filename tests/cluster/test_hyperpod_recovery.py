@@ -6,21 +6,18 @@ HyperPod's fault labels reach the NodeFault event; and Ray pods prefer nodes who
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_api.trainer_config import TrainerConfig
 from mmrl_local.addons.kueue_incluster import queues
 from mmrl_local.cluster import hyperpod as hp
 from mmrl_local.cluster import nodes
-from mmrl_operator.core.names import config_map_name
 from tests.cluster.test_faults import ray_notices_later, ray_pod, start_training
 from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.kueue import quota_for, set_active, workload_condition, workload_of
 from tests.support.operator import Jobs, phases_until_done, wait_until
+from tests.support.standin_trainer import StandInTrainer
 
 pytestmark = pytest.mark.cluster
 
@@ -50,26 +47,45 @@ def delete_raycluster(custom: client.CustomObjectsApi, ns: str, name: str) -> No
     custom.delete_namespaced_custom_object(c.RAY_GROUP, c.RAY_VERSION, ns, "rayclusters", name)
 
 
-def assert_resumes_from_the_checkpoint(jobs: Jobs, name: str, attempts: list[int]) -> None:
-    """Each later attempt said it resumes from the latest complete checkpoint, and the config every attempt
-    reads still says to resume from the newest one in the job's own directory."""
-    started = events(jobs, name, "AttemptStarted")
-    for n in attempts:
-        (line,) = [m for m in started if m.startswith(f"attempt {n} started")]
-        assert "resuming from the latest complete checkpoint (step 10 or newer)" in line
-    data = jobs.core.read_namespaced_config_map(config_map_name(name), jobs.ns).data
-    config = TrainerConfig.model_validate(json.loads(data["trainer.json"]))
-    assert config.resume == "latest" and config.checkpoint.dir == jobs.status(name)["jobDir"]
+def checkpoints_of_attempt_1(trainer: StandInTrainer) -> None:
+    """What attempt 1 left in the job's checkpoint directory: step 10 complete, step 12 cut short by the loss."""
+    trainer.save(10)
+    trainer.save(12, sealed=False)
+
+
+def assert_resumes_from_the_checkpoint(jobs: Jobs, trainer: StandInTrainer, name: str, attempt: int) -> None:
+    """Attempt `attempt` is training: its trainer starts (reads the config the operator rendered, finds the newest
+    complete checkpoint, reports it), and the job's status records, for this attempt, the step it resumed from:
+    the last complete checkpoint's, not the half-written newer one."""
+    assert trainer.config().checkpoint.dir == jobs.status(name)["jobDir"]  # the job's own directory
+    resumed = trainer.start(attempt)
+    assert resumed is not None and resumed.step == 10
+    recorded = wait_until(
+        lambda: jobs.status(name)["attempts"][attempt - 1].get("resumedFromStep"),
+        30,
+        what=f"attempt {attempt}'s resumedFromStep in the job's status",
+    )
+    assert recorded == 10 == jobs.status(name)["progress"]["lastCheckpoint"]["step"]
 
 
 def test_a_raycluster_deleted_under_a_running_attempt_is_recreated_and_resumes_on_the_infra_budget(
-    jobs, operator, kuberay, hyperpod_nodes, custom
+    control_plane, jobs, operator, kuberay, hyperpod_nodes, custom, tmp_path
 ):
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(1)
-    start_training(jobs, kuberay)  # attempt 1 hangs at step 12 with step 10 checkpointed; later attempts succeed
+    start_training(jobs, kuberay)  # attempt 1 hangs at step 12 with step 10 checkpointed
+    kuberay.script("geo-a2", "hang")  # attempt 2 runs until its trainer has said where it resumed
+    trainer = StandInTrainer(jobs, "geo", tmp_path / "s3", control_plane.kubeconfig)
+    checkpoints_of_attempt_1(trainer)
     before = cluster_uid(jobs)
     delete_raycluster(custom, jobs.ns, "geo")
+    wait_until(
+        lambda: jobs.status("geo").get("attempt") == 2 and jobs.condition("geo", "Training") == "True",
+        90,
+        what="attempt 2 training",
+    )
+    assert_resumes_from_the_checkpoint(jobs, trainer, "geo", 2)
+    kuberay.script("geo-a2", "succeed-after=0")
     assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
     status = jobs.status("geo")
     first, second = status["attempts"]
@@ -80,19 +96,18 @@ def test_a_raycluster_deleted_under_a_running_attempt_is_recreated_and_resumes_o
     # loss is the infrastructure's (docs/hyperpod.md).
     assert status["restarts"] == {"infra": 1}
     assert cluster_uid(jobs) not in (None, before) and jobs.ray_names("rayclusters") == ["geo"]
-    assert_resumes_from_the_checkpoint(jobs, "geo", [2])
+    assert [a.get("resumedFromStep") for a in status["attempts"]] == [None, 10]
 
 
 def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spending_any_budget(
-    jobs, operator, kuberay, hyperpod_nodes, custom, kueue
+    control_plane, jobs, operator, kuberay, hyperpod_nodes, custom, kueue, tmp_path
 ):
     """Through the real Kueue: an eviction (here a deactivated Workload; a preemption or Kueue's own pods-ready
     timeout evict by the same suspension) and then HyperPod's task governance deleting the RayCluster, which it does
     to preempt and to requeue a workload whose node outlasted its recovery timeout."""
     hyperpod_nodes.cpu()
     hyperpod_nodes.gpu(1)
-    kuberay.script("geo-a*", "hang,fail-on-node-loss")
-    kuberay.script("geo-a3", "succeed-after=1")
+    kuberay.script("geo-a*", "hang,fail-on-node-loss")  # attempt 3 succeeds once its trainer has started (below)
     queue = "hyperpod-ns-team-localqueue"
     kueue.apply(queues(queue, jobs.ns, {"cpu": "0"}))  # no quota yet: admitted once it fits what the job asks
     jobs.create(cluster_job("geo", {"spec": {"cluster": {"kueue": {"queueName": queue}}}}))
@@ -100,6 +115,8 @@ def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spend
     kueue.apply(queues(queue, jobs.ns, quota_for(workload, times=2))[1:2])
     wait_until(lambda: jobs.condition("geo", "Training") == "True", 60, what="attempt 1 training")
     jobs.patch_status("geo", {"progress": {"step": 12, "lastCheckpoint": CHECKPOINT}})
+    trainer = StandInTrainer(jobs, "geo", tmp_path / "s3", control_plane.kubeconfig)
+    checkpoints_of_attempt_1(trainer)
 
     # Kueue evicts the workload by suspending the RayCluster; KubeRay then deletes its pods. Readmitted later.
     set_active(custom, jobs.ns, "geo", False)
@@ -111,11 +128,19 @@ def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spend
         60,
         what="attempt 2 training",
     )
+    assert_resumes_from_the_checkpoint(jobs, trainer, "geo", 2)
 
     # HyperPod's task governance preempts by deleting the whole RayCluster, head included.
     before = cluster_uid(jobs)
     delete_raycluster(custom, jobs.ns, "geo")
     # Recreated once Kueue has removed the deleted cluster's Workload (Observed.kueue_leftover says why).
+    wait_until(
+        lambda: jobs.status("geo").get("attempt") == 3 and jobs.condition("geo", "Training") == "True",
+        120,
+        what="attempt 3 training",
+    )
+    assert_resumes_from_the_checkpoint(jobs, trainer, "geo", 3)
+    kuberay.script("geo-a3", "succeed-after=0")
     assert phases_until_done(jobs, "geo", timeout=120)[-1] == "Succeeded"
     status = jobs.status("geo")
     assert [(a["cause"], a["result"], a.get("failure")) for a in status["attempts"]] == [
@@ -125,7 +150,7 @@ def test_kueue_evicting_then_deleting_the_raycluster_resumes_twice_without_spend
     ]
     assert status.get("restarts", {}) == {}
     assert cluster_uid(jobs) not in (None, before)
-    assert_resumes_from_the_checkpoint(jobs, "geo", [2, 3])
+    assert [a.get("resumedFromStep") for a in status["attempts"]] == [None, 10, 10]
 
 
 def test_a_deep_health_check_in_progress_is_no_fault_and_fault_labels_reach_the_event(
