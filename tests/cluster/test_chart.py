@@ -4,9 +4,10 @@ renders (cluster-wide and namespaced) accepted by a server-side dry run, the ope
 
 from __future__ import annotations
 
-import contextlib
+import json
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from mmrl_local.cluster import crds
 from mmrl_local.cluster.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.toolchain import build
 from mmrl_operator.codegen import chart
-from mmrl_operator.codegen.crd import KINDS, build_crd
+from mmrl_operator.codegen.crd import JOB, KINDS, SERVER, KindSpec, build_crd
 from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
 from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
 from mmrl_operator.runtime import permissions as rbac
+from tests.cluster.test_model_server import server_doc
 from tests.support.chart import CHART, Helm, apply_objects, of_kind
+from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -165,29 +168,38 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     assert err.value.status == 403 and "restricted" in err.value.body
 
 
+def _is_gone(read: Callable[..., Any], *args: Any) -> bool:
+    """Whether the apiserver answers 404 Not Found; any other error is raised, never taken for "gone"."""
+    try:
+        read(*args)
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def _delete_if_present(delete: Callable[..., Any], *args: Any) -> None:
+    try:
+        delete(*args)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 def _remove_cluster_objects(api: client.ApiClient) -> None:
-    """Start from a cluster without mmrl's CRD and policy, as a first install does."""
+    """Start from a cluster without mmrl's CRDs and policy, as a first install does."""
     ext = client.ApiextensionsV1Api(api)
     admission = client.AdmissionregistrationV1Api(api)
     for name in (c.CRD_NAME, c.SERVER_CRD_NAME):
-        with contextlib.suppress(client.exceptions.ApiException):
-            ext.delete_custom_resource_definition(name)
+        _delete_if_present(ext.delete_custom_resource_definition, name)
     for delete in (admission.delete_validating_admission_policy, admission.delete_validating_admission_policy_binding):
-        with contextlib.suppress(client.exceptions.ApiException):
-            delete(POLICY_NAME)
-
-    def gone() -> bool:
-        for name in (c.CRD_NAME, c.SERVER_CRD_NAME):
-            try:
-                ext.read_custom_resource_definition(name)
-            except client.exceptions.ApiException as exc:
-                if exc.status != 404:
-                    return False
-                continue
-            return False
-        return True
-
-    wait_until(gone, 60, what="the old CRD to be deleted")
+        _delete_if_present(delete, POLICY_NAME)
+    wait_until(
+        lambda: all(_is_gone(ext.read_custom_resource_definition, name) for name in (c.CRD_NAME, c.SERVER_CRD_NAME)),
+        60,
+        what="the old CRDs to be deleted",
+    )
 
 
 def _crd(api: client.ApiClient, name: str = c.CRD_NAME) -> dict[str, Any]:
@@ -195,35 +207,104 @@ def _crd(api: client.ApiClient, name: str = c.CRD_NAME) -> dict[str, Any]:
     return api.sanitize_for_serialization(ext.read_custom_resource_definition(name))
 
 
-def _next_chart_version(tmp: Path) -> Path:
-    """A copy of the chart whose CRD gained a spec field and a printer column, as the next release would."""
-    copy = tmp / "mmrl-operator-next"
+# The field each kind gains in this release, as the upgrade from the previous release adds it: optional, without a
+# default and in no CEL rule, so the previous schema is the current one less this property.
+ADDED = {JOB.kind: ("ttlSecondsAfterFinished", 3600), SERVER.kind: ("maxImagePixels", 522240)}
+CRD_TEMPLATES = {JOB.kind: "templates/crd.yaml", SERVER.kind: "templates/crd-modelserver.yaml"}
+
+
+def _spec_fields(crd: dict[str, Any]) -> set[str]:
+    return set(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+
+
+def _previous_chart_version(tmp: Path) -> Path:
+    """A copy of the chart as the previous release shipped it: both CRDs without the field `ADDED` names."""
+    copy = tmp / "mmrl-operator-previous"
     shutil.copytree(CHART, copy)
-    crd = build_crd()
-    version = crd["spec"]["versions"][0]
-    version["additionalPrinterColumns"].append({"name": "Upgraded", "type": "string", "jsonPath": ".spec.upgraded"})
-    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["upgraded"] = {"type": "string"}
-    (copy / "templates" / "crd.yaml").write_text(chart.render_crd(crd))
+    for kind in KINDS:
+        template = copy / CRD_TEMPLATES[kind.kind]
+        crd = build_crd(kind)
+        assert template.read_text() == chart.render_crd(crd), f"{template.name} is not the {kind.kind} CRD"
+        del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+            ADDED[kind.kind][0]
+        ]
+        template.write_text(chart.render_crd(crd))
     meta = yaml.safe_load((copy / "Chart.yaml").read_text())
-    meta["version"] = "0.1.1-test"
+    meta["version"] = "0.0.9-previous"
     (copy / "Chart.yaml").write_text(yaml.safe_dump(meta))
     return copy
 
 
-def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
+class LiveObject:
+    """A MultimodalRLJob or ModelServer created before the upgrade, followed through upgrade and uninstall."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, kind: KindSpec, body: dict[str, Any]) -> None:
+        self.custom, self.ns, self.kind = client.CustomObjectsApi(api), namespace, kind
+        self.field, self.value = ADDED[kind.kind]
+        assert self.field not in body["spec"]
+        created = self.custom.create_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, kind.plural, body, field_validation="Strict"
+        )
+        self.name, self.uid, self.spec = created["metadata"]["name"], created["metadata"]["uid"], created["spec"]
+
+    def get(self) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, self.ns, self.kind.plural, self.name)
+
+    def set_added_field(self, dry_run: str | None = None) -> dict[str, Any]:
+        """Set the new field; a schema that does not know it refuses it (Strict) instead of pruning it silently."""
+        return self.custom.patch_namespaced_custom_object(
+            c.GROUP,
+            c.VERSION,
+            self.ns,
+            self.kind.plural,
+            self.name,
+            {"spec": {self.field: self.value}},
+            field_validation="Strict",
+            dry_run=dry_run,
+        )
+
+    def accepts_added_field(self) -> bool:
+        try:
+            self.set_added_field(dry_run="All")
+        except client.exceptions.ApiException as exc:
+            if exc.status == 422 and f'unknown field "spec.{self.field}"' in json.loads(exc.body)["message"]:
+                return False
+            raise
+        return True
+
+    def assert_unchanged(self, *, added: bool) -> None:
+        """The same object (uid) with the spec it was created with, plus the new field once it was set."""
+        now = self.get()
+        assert now["metadata"]["uid"] == self.uid, f"{self.kind.kind} {self.name} was deleted and created again"
+        assert now["spec"] == ({**self.spec, self.field: self.value} if added else self.spec)
+
+
+def _live_objects(api: client.ApiClient, namespace: str) -> list[LiveObject]:
+    server = server_doc()
+    del server["spec"][ADDED[SERVER.kind][0]]  # the example sets it; the previous release's server could not
+    return [
+        LiveObject(api, namespace, JOB, {**cluster_job("geo"), "metadata": {"name": "geo", "namespace": namespace}}),
+        LiveObject(api, namespace, SERVER, {**server, "metadata": {"name": "shared", "namespace": namespace}}),
+    ]
+
+
+def test_helm_upgrade_changes_both_crds_under_live_objects_and_uninstall_keeps_them(
     cluster_helm: Helm, api_client, core, namespace: str, hyperpod_nodes, tmp_path: Path
 ) -> None:
     hyperpod_nodes.cpu()  # a kwok node for the operator pod; kwok reports it Ready (no container really runs)
     core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
     apps = client.AppsV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
     release = "mmrl-operator"
     _remove_cluster_objects(api_client)
     try:
-        cluster_helm.run("install", release, CHART, "-n", namespace)
+        cluster_helm.run("install", release, _previous_chart_version(tmp_path), "-n", namespace)
         crds.wait_established(api_client, [c.CRD_NAME, c.SERVER_CRD_NAME])
-        assert _crd(api_client)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-        assert _crd(api_client, c.SERVER_CRD_NAME)["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-        client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
+        for kind in KINDS:
+            crd = _crd(api_client, kind.crd_name)
+            assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+            assert ADDED[kind.kind][0] not in _spec_fields(crd)
+        admission.read_validating_admission_policy(POLICY_NAME)
 
         def available() -> bool:
             status = apps.read_namespaced_deployment(release, namespace).status
@@ -233,23 +314,32 @@ def test_helm_install_upgrade_and_uninstall_on_the_local_control_plane(
         (pod,) = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=mmrl-operator").items
         assert pod.spec.security_context.run_as_non_root and pod.spec.service_account_name == release
 
-        cluster_helm.run("upgrade", release, _next_chart_version(tmp_path), "-n", namespace)
-        version = _crd(api_client)["spec"]["versions"][0]
-        assert "upgraded" in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-        assert version["additionalPrinterColumns"][-1]["name"] == "Upgraded"
+        live = _live_objects(api_client, namespace)
+        for obj in live:
+            assert not obj.accepts_added_field()  # the previous release's schema refuses it
 
         cluster_helm.run("upgrade", release, CHART, "-n", namespace)
-        version = _crd(api_client)["spec"]["versions"][0]
-        assert "upgraded" not in version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        for kind in KINDS:
+            assert ADDED[kind.kind][0] in _spec_fields(_crd(api_client, kind.crd_name))
+        for obj in live:
+            obj.assert_unchanged(added=False)
+            # The apiserver serves a changed CRD's schema a moment after the update; then the field is accepted.
+            wait_until(obj.accepts_added_field, 30, what=f"{obj.kind.kind} to accept spec.{obj.field}")
+            assert obj.set_added_field()["spec"][obj.field] == obj.value
+            obj.assert_unchanged(added=True)
 
         cluster_helm.run("uninstall", release, "-n", namespace, "--wait")
-        assert _crd(api_client)["metadata"]["name"] == c.CRD_NAME  # kept: uninstalling must not delete every job
-        assert _crd(api_client, c.SERVER_CRD_NAME)["metadata"]["name"] == c.SERVER_CRD_NAME  # nor every server
-        with pytest.raises(client.exceptions.ApiException):
-            client.AdmissionregistrationV1Api(api_client).read_validating_admission_policy(POLICY_NAME)
-        assert not apps.list_namespaced_deployment(namespace).items
+        # docs/install.md: uninstalling keeps both CRDs (helm.sh/resource-policy: keep), and with them every job and
+        # every server, untouched; what else the chart installed is gone.
+        for kind in KINDS:
+            assert _crd(api_client, kind.crd_name)["metadata"]["name"] == kind.crd_name
+        for obj in live:
+            obj.assert_unchanged(added=True)
+        assert _is_gone(admission.read_validating_admission_policy, POLICY_NAME)
+        assert _is_gone(apps.read_namespaced_deployment, release, namespace)
+        assert _is_gone(core.read_namespaced_service_account, release, namespace)
     finally:
-        # Leave the CRD and the policy as the session's other tests expect them.
+        # Leave the CRDs and the policy as the session's other tests expect them.
         cluster_helm.run("uninstall", release, "-n", namespace, check=False)
         install_mmrl_crd(api_client)
         install_trainer_status_policy(api_client)
