@@ -1,11 +1,12 @@
 """Read the local apiserver's audit log (``mmrl_local.cluster.controlplane.AUDIT_POLICY``): every resource request one
-user made, with the answer it got."""
+user made, with its URI and the answer it got."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,12 @@ class Request:
     name: str | None
     code: int
     authorized: bool = False  # the authorizer allowed it (a 403 after that came from admission, not from RBAC)
+    uri: str = ""  # the request's path and query, e.g. a watch's resourceVersion and timeoutSeconds
+
+    @property
+    def query(self) -> dict[str, str]:
+        """The query parameters (each given once)."""
+        return dict(parse_qsl(urlsplit(self.uri).query))
 
     @property
     def permission(self) -> tuple[str, str, str]:
@@ -43,6 +50,7 @@ def requests_by(log: Path, username: str) -> list[Request]:
                 name=ref.get("name"),
                 code=(event.get("responseStatus") or {}).get("code", 0),
                 authorized=(event.get("annotations") or {}).get("authorization.k8s.io/decision") == "allow",
+                uri=event.get("requestURI", ""),
             )
         )
     return found
