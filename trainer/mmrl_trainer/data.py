@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from mmrl_api.spec import DatasetSpec
 from mmrl_trainer.errors import InvalidInput
@@ -68,7 +68,11 @@ def decode_image(value: Any, read: Callable[[str], bytes | None] | None = None) 
             return decode_image(value["bytes"], read)
         return decode_image(value.get("path") or value.get("url") or "", read)
     if isinstance(value, bytes | bytearray):
-        return Image.open(io.BytesIO(value)).convert("RGB")
+        try:
+            return Image.open(io.BytesIO(value)).convert("RGB")
+        except UnidentifiedImageError as err:
+            start = bytes(value[:8])
+            raise ValueError(f"{len(value)} bytes that Pillow cannot read as an image (starting {start!r})") from err
     if not isinstance(value, str) or not value:
         raise ValueError(f"cannot read an image from {type(value).__name__} {str(value)[:40]!r}")
     if value.startswith("data:"):
@@ -154,7 +158,8 @@ def _hf_records(uri: str) -> Iterable[dict[str, Any]]:
     return datasets.load_dataset(name, query.get("config"), split=query.get("split", "train"))
 
 
-def _records(uri: str, fmt: str) -> tuple[Iterable[dict[str, Any]], Callable[[str], bytes | None]]:
+def read_records(uri: str, fmt: str) -> tuple[Iterable[dict[str, Any]], Callable[[str], bytes | None]]:
+    """The rows of a dataset location (not synthetic://) as dicts, and how to read the files its images name."""
     if uri.startswith("hf://"):
         return _hf_records(uri), _read_local(None)
     if uri.startswith("s3://"):
@@ -170,36 +175,53 @@ def _records(uri: str, fmt: str) -> tuple[Iterable[dict[str, Any]], Callable[[st
     return rows, _read_local(Path(base))
 
 
+def to_example(index: int, rec: dict[str, Any], spec: DatasetSpec, read: Callable[[str], bytes | None]) -> Example:
+    """Row `index` of a dataset as an Example; a ValueError names the row, the column and the spec field."""
+    # An environment scores its own episodes: its rows need no answer (SkyRL's VisGym rows have none).
+    required = [("promptField", spec.prompt_field)]
+    if spec.environment is None:
+        required.append(("answerField", spec.answer_field))
+    for field, column in required:
+        if column not in rec:
+            raise ValueError(f"row {index}: missing column {column!r} (named by dataset.{field})")
+        if rec[column] is None:
+            raise ValueError(f"row {index}: column {column!r} (named by dataset.{field}) is null")
+    prompt = rec[spec.prompt_field]
+    if not (isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt))):
+        raise ValueError(
+            f"row {index}: column {spec.prompt_field!r} (named by dataset.promptField) holds "
+            f"{type(prompt).__name__}; a prompt is text or a list of chat messages ({{role, content}})"
+        )
+    raw = rec.get(spec.images_field) or []
+    raw = raw if isinstance(raw, list) else [raw]
+    images = []
+    for k, value in enumerate(raw):
+        try:
+            images.append(decode_image(value, read))
+        except (OSError, ValueError) as err:
+            raise ValueError(
+                f"row {index}: column {spec.images_field!r} (named by dataset.imagesField), image {k}: {err}"
+            ) from err
+    skip = (spec.prompt_field, spec.answer_field, spec.images_field)
+    extra = {k: v for k, v in rec.items() if k not in skip}
+    return Example(
+        prompt=prompt,
+        images=images,
+        answer=str(rec.get(spec.answer_field, "")),
+        extra={"index": index, **_jsonable(extra)},
+    )
+
+
 def load_examples(uri: str, spec: DatasetSpec, *, seed: int = 0) -> list[Example]:
-    """Read a dataset URI into Examples; field names come from the DatasetSpec."""
+    """Read a dataset URI into Examples; field names come from the DatasetSpec. `python -m mmrl_trainer.data check`
+    reads a file through the same two steps (dataset_check.py)."""
     if uri.startswith("synthetic://"):
         return synthetic_examples(uri, default_seed=seed, environment=spec.environment)
     try:
-        rows, read = _records(uri, spec.format)
-        # An environment scores its own episodes: its rows need no answer (SkyRL's VisGym rows have none).
-        required = [("promptField", spec.prompt_field)]
-        if spec.environment is None:
-            required.append(("answerField", spec.answer_field))
-        out = []
-        for i, rec in enumerate(rows):
-            for field, column in required:
-                if column not in rec:
-                    raise ValueError(f"row {i}: missing column {column!r} (named by dataset.{field})")
-            raw = rec.get(spec.images_field) or []
-            raw = raw if isinstance(raw, list) else [raw]
-            skip = (spec.prompt_field, spec.answer_field, spec.images_field)
-            extra = {k: v for k, v in rec.items() if k not in skip}
-            out.append(
-                Example(
-                    prompt=rec[spec.prompt_field],
-                    images=[decode_image(v, read) for v in raw],
-                    answer=str(rec.get(spec.answer_field, "")),
-                    extra={"index": i, **_jsonable(extra)},
-                )
-            )
+        rows, read = read_records(uri, spec.format)
+        return [to_example(i, rec, spec, read) for i, rec in enumerate(rows)]
     except (OSError, ValueError) as err:
         raise InvalidInput(f"dataset {uri!r}: {err}") from err
-    return out
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
@@ -309,3 +331,12 @@ def write_skyrl_data(
     rows = to_skyrl_rows(examples, data_source=data_source, env_class=skyrl_env_class(dataset), extra_columns=gym)
     write_parquet(rows, path, json_text=() if gym else ("extra_info",))
     return rows
+
+
+if __name__ == "__main__":
+    # `python -m mmrl_trainer.data check FILE [--job JOB.yaml]` (dataset_check.py).
+    import sys
+
+    from mmrl_trainer.dataset_check import main
+
+    sys.exit(main(sys.argv[1:]))
