@@ -38,7 +38,7 @@ TIMING := $(MMRL_CACHE)/timing
 begin = @mkdir -p $(TIMING) && date +%s.%N > $(TIMING)/$(1).start
 end = @awk -v s="$$(cat $(TIMING)/$(1).start)" -v e="$$(date +%s.%N)" 'BEGIN { printf ">> prerequisite %s: %.1f s\n", "$(1)", e - s }'
 
-.PHONY: help test-prerequisites setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart wheel lint fmt bins up down demo bench bench-compare kuberay clean-cache
+.PHONY: help test-prerequisites setup lock lock-skyrl lock-mlflow skyrl-venv mlflow-venv test test-unit test-cluster test-trainer crds crds-check chart wheel push lint fmt bins up down demo bench bench-compare kuberay clean-cache
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -160,6 +160,28 @@ chart: bins crds-check ## helm lint --strict the chart and package it into dist/
 # setuptools builds in the tree; its leftovers would shadow the installed metadata for a Python started here.
 wheel: setup ## build the mmrl-operator wheel (the `mmrl` CLI, the operator, the trainer) into dist/
 	$(VPY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist/ . && rm -rf build mmrl_operator.egg-info
+
+# The two images a cluster runs, built and pushed under the names the quickstart's chart values and job use
+# (docs/quickstart-hyperpod.md): $(REGISTRY)/mmrl-operator:$(VERSION) and $(REGISTRY)/mmrl-trainer:$(VERSION). VERSION
+# is the chart's appVersion, the tag the chart pulls by default. The trainer is the GPU target, whose EFA installer is
+# checked against EFA_INSTALLER_SHA256 (docs/trainer-image.md). HyperPod's instances are x86_64, hence PLATFORM on a
+# build machine of another architecture. CONTAINER_TOOL=podman or buildah takes the same `build` and `push` commands.
+REGISTRY ?=
+VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/mmrl-operator/Chart.yaml)
+CONTAINER_TOOL ?= docker
+PLATFORM ?= linux/amd64
+EFA_INSTALLER_SHA256 ?=
+OPERATOR_IMAGE = $(REGISTRY)/mmrl-operator:$(VERSION)
+TRAINER_IMAGE = $(REGISTRY)/mmrl-trainer:$(VERSION)
+
+push: ## build both images and push them: make push REGISTRY=<account>.dkr.ecr.<region>.amazonaws.com EFA_INSTALLER_SHA256=<sha256>
+	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY, e.g. REGISTRY=123456789012.dkr.ecr.us-west-2.amazonaws.com" >&2; exit 2; }
+	@test -n "$(EFA_INSTALLER_SHA256)" || { echo "make push: set EFA_INSTALLER_SHA256 to the SHA-256 AWS lists for the EFA installer (docs/trainer-image.md)" >&2; exit 2; }
+	$(CONTAINER_TOOL) build --platform $(PLATFORM) -f docker/operator.Dockerfile -t $(OPERATOR_IMAGE) .
+	$(CONTAINER_TOOL) build --platform $(PLATFORM) -f docker/trainer.Dockerfile \
+		--build-arg EFA_INSTALLER_SHA256=$(EFA_INSTALLER_SHA256) -t $(TRAINER_IMAGE) .
+	$(CONTAINER_TOOL) push $(OPERATOR_IMAGE)
+	$(CONTAINER_TOOL) push $(TRAINER_IMAGE)
 
 lint: setup ## ruff
 	$(call begin,lint)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_local.addons.operator_release import RESTRICTED
 from mmrl_local.cluster import crds
-from mmrl_local.cluster.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.toolchain import build
 from mmrl_operator.codegen import chart
 from mmrl_operator.codegen.crd import JOB, KINDS, SERVER, KindSpec, build_crd
@@ -26,7 +24,15 @@ from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_PO
 from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
 from mmrl_operator.runtime import permissions as rbac
 from tests.cluster.test_model_server import server_doc
-from tests.support.chart import CHART, Helm, apply_objects, of_kind
+from tests.support.chart import (
+    CHART,
+    Helm,
+    apply_objects,
+    is_gone,
+    of_kind,
+    remove_cluster_objects,
+    restore_cluster_objects,
+)
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
 
@@ -168,40 +174,6 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     assert err.value.status == 403 and "restricted" in err.value.body
 
 
-def _is_gone(read: Callable[..., Any], *args: Any) -> bool:
-    """Whether the apiserver answers 404 Not Found; any other error is raised, never taken for "gone"."""
-    try:
-        read(*args)
-    except client.exceptions.ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
-
-
-def _delete_if_present(delete: Callable[..., Any], *args: Any) -> None:
-    try:
-        delete(*args)
-    except client.exceptions.ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
-def _remove_cluster_objects(api: client.ApiClient) -> None:
-    """Start from a cluster without mmrl's CRDs and policy, as a first install does."""
-    ext = client.ApiextensionsV1Api(api)
-    admission = client.AdmissionregistrationV1Api(api)
-    for name in (c.CRD_NAME, c.SERVER_CRD_NAME):
-        _delete_if_present(ext.delete_custom_resource_definition, name)
-    for delete in (admission.delete_validating_admission_policy, admission.delete_validating_admission_policy_binding):
-        _delete_if_present(delete, POLICY_NAME)
-    wait_until(
-        lambda: all(_is_gone(ext.read_custom_resource_definition, name) for name in (c.CRD_NAME, c.SERVER_CRD_NAME)),
-        60,
-        what="the old CRDs to be deleted",
-    )
-
-
 def _crd(api: client.ApiClient, name: str = c.CRD_NAME) -> dict[str, Any]:
     ext = client.ApiextensionsV1Api(api)
     return api.sanitize_for_serialization(ext.read_custom_resource_definition(name))
@@ -296,7 +268,7 @@ def test_helm_upgrade_changes_both_crds_under_live_objects_and_uninstall_keeps_t
     apps = client.AppsV1Api(api_client)
     admission = client.AdmissionregistrationV1Api(api_client)
     release = "mmrl-operator"
-    _remove_cluster_objects(api_client)
+    remove_cluster_objects(api_client)
     try:
         cluster_helm.run("install", release, _previous_chart_version(tmp_path), "-n", namespace)
         crds.wait_established(api_client, [c.CRD_NAME, c.SERVER_CRD_NAME])
@@ -335,11 +307,9 @@ def test_helm_upgrade_changes_both_crds_under_live_objects_and_uninstall_keeps_t
             assert _crd(api_client, kind.crd_name)["metadata"]["name"] == kind.crd_name
         for obj in live:
             obj.assert_unchanged(added=True)
-        assert _is_gone(admission.read_validating_admission_policy, POLICY_NAME)
-        assert _is_gone(apps.read_namespaced_deployment, release, namespace)
-        assert _is_gone(core.read_namespaced_service_account, release, namespace)
+        assert is_gone(admission.read_validating_admission_policy, POLICY_NAME)
+        assert is_gone(apps.read_namespaced_deployment, release, namespace)
+        assert is_gone(core.read_namespaced_service_account, release, namespace)
     finally:
-        # Leave the CRDs and the policy as the session's other tests expect them.
         cluster_helm.run("uninstall", release, "-n", namespace, check=False)
-        install_mmrl_crd(api_client)
-        install_trainer_status_policy(api_client)
+        restore_cluster_objects(api_client)

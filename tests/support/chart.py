@@ -1,11 +1,11 @@
 """The Helm chart in tests: run helm with throwaway homes (``mmrl_local.common.helm.Helm``), render the chart to
-objects, apply or delete rendered objects with the admin client, and give a chart ServiceAccount its own kubeconfig (a
-TokenRequest token)."""
+objects, apply or delete rendered objects with the admin client, give a chart ServiceAccount its own kubeconfig (a
+TokenRequest token), and take the cluster-wide objects a release owns away before a real install (and back after)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,13 @@ from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
+from mmrl_api import constants as c
+from mmrl_local.cluster.crd_install import install_mmrl_crd, install_trainer_status_policy
 from mmrl_local.common import apply
 from mmrl_local.common.helm import Helm
 from mmrl_operator.codegen.chart import CHART_DIR as CHART
+from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
+from tests.support.polling import wait_until
 
 __all__ = [
     "CHART",
@@ -25,7 +29,10 @@ __all__ = [
     "apply_objects",
     "client_for",
     "delete_objects",
+    "is_gone",
     "of_kind",
+    "remove_cluster_objects",
+    "restore_cluster_objects",
     "token_kubeconfig",
 ]
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -70,3 +77,44 @@ def token_kubeconfig(api: client.ApiClient, namespace: str, service_account: str
 
 def client_for(kubeconfig: Path) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def is_gone(read: Callable[..., Any], *args: Any) -> bool:
+    """Whether the apiserver answers 404 Not Found; any other error is raised, never taken for "gone"."""
+    try:
+        read(*args)
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def _delete_if_present(delete: Callable[..., Any], *args: Any) -> None:
+    try:
+        delete(*args)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def remove_cluster_objects(api: client.ApiClient) -> None:
+    """Start from a cluster without mmrl's CRDs and trainer status policy, as a first install does: the session's
+    fixtures install them without Helm, and Helm refuses to take over objects it did not make."""
+    ext = client.ApiextensionsV1Api(api)
+    admission = client.AdmissionregistrationV1Api(api)
+    for name in (c.CRD_NAME, c.SERVER_CRD_NAME):
+        _delete_if_present(ext.delete_custom_resource_definition, name)
+    for delete in (admission.delete_validating_admission_policy, admission.delete_validating_admission_policy_binding):
+        _delete_if_present(delete, POLICY_NAME)
+    wait_until(
+        lambda: all(is_gone(ext.read_custom_resource_definition, name) for name in (c.CRD_NAME, c.SERVER_CRD_NAME)),
+        60,
+        what="the old CRDs to be deleted",
+    )
+
+
+def restore_cluster_objects(api: client.ApiClient) -> None:
+    """The CRDs and the policy as the session's other tests expect them, after a release was uninstalled."""
+    install_mmrl_crd(api)
+    install_trainer_status_policy(api)
