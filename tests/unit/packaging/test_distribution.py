@@ -89,7 +89,7 @@ def packaging_inputs(to: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
     for part in ("api", "operator", "trainer"):
         shutil.copytree(ROOT / part, to / part, ignore=skip)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, to / name)
     return to
 
@@ -124,3 +124,8 @@ def test_the_wheel_make_builds_installs_the_mmrl_command(tmp_path: Path) -> None
     ).stdout
     assert where.startswith(str(site))
     assert not any(p.name.startswith("mmrl_local") for p in site.iterdir())  # the dev tooling stays out
+    # The license pyproject declares, with its text: the Apache-2.0 LICENSE of the repository root.
+    (dist_info,) = site.glob("mmrl_operator-*.dist-info")
+    metadata = (dist_info / "METADATA").read_text()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines() and "License-File: LICENSE" in metadata
+    assert (dist_info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
