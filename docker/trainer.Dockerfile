@@ -8,8 +8,8 @@
 # KubeRay supplies the container command (`ray start ...`), so neither sets an ENTRYPOINT; each attempt's RayJob
 # entrypoint is `python -m mmrl_trainer --config <file> --attempt N` (api/mmrl_api/contract.py).
 # Build from the repository root (EFA_INSTALLER_SHA256: see docs/trainer-image.md):
-#   docker build -f docker/trainer.Dockerfile --build-arg EFA_INSTALLER_SHA256=<sha256> -t <registry>/mmrl/trainer:0.1.0 .
-#   docker build -f docker/trainer.Dockerfile --target cpu -t <registry>/mmrl/trainer:0.1.0-cpu .
+#   docker build -f docker/trainer.Dockerfile --build-arg EFA_INSTALLER_SHA256=<sha256> -t <registry>/mmrl-trainer:0.1.0 .
+#   docker build -f docker/trainer.Dockerfile --target cpu -t <registry>/mmrl-trainer:0.1.0-cpu .
 
 # The CPU target's base; `make images` passes a Debian bookworm Python it builds with mmdebstrap (no registry here).
 ARG CPU_BASE=python:3.12.16-slim-bookworm
