@@ -6,6 +6,7 @@ tests/cluster/test_quickstart.py."""
 from __future__ import annotations
 
 import io
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -64,9 +65,9 @@ def test_make_push_builds_and_pushes_the_operator_and_trainer_under_the_charts_v
 
 
 def test_make_push_refuses_to_run_without_a_registry() -> None:
-    import subprocess
-
-    done = subprocess.run(["make", "push"], cwd=qs.ROOT, capture_output=True, text=True, timeout=60)
+    # A clean environment: a REGISTRY exported on a developer's machine would make this build and push for real.
+    env = runbook.shell_env({})
+    done = subprocess.run(["make", "push"], cwd=qs.ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "make push: set REGISTRY" in done.stderr
 
 
