@@ -32,6 +32,9 @@ LABEL_JOB = "mmrl.dev/job"
 LABEL_ATTEMPT = "mmrl.dev/attempt"
 LABEL_COMPONENT = "mmrl.dev/component"
 LABEL_SERVER = "mmrl.dev/server"
+# On KubeRay's submitter pods (the RayJob's submitterPodTemplate), naming their job: the job's NetworkPolicy lets
+# them reach the Ray dashboard. Not LABEL_JOB, whose pods the operator watches as the job's own.
+LABEL_RAY_SUBMITTER = "mmrl.dev/ray-submitter"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "mmrl-operator"
 

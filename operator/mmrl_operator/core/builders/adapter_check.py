@@ -25,6 +25,7 @@ from mmrl_operator.core.builders.inference import (
     check_container,
     job_pod_basics,
 )
+from mmrl_operator.core.builders.pod_security import non_root_pod
 from mmrl_operator.core.names import adapter_check_name
 
 COMPONENT = "adapter-check"
@@ -43,6 +44,7 @@ def build_check_pod(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
         "metadata": metadata,
         "spec": {
             **job_pod_basics(job, 0),
+            "securityContext": non_root_pod(),  # only the trainer image runs here
             "restartPolicy": "Never",
             "activeDeadlineSeconds": DEADLINE_SECONDS,
             "containers": [check_container(job, adapter, mounts)],

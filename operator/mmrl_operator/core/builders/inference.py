@@ -28,6 +28,7 @@ from mmrl_api import constants as c
 from mmrl_api.context_budget import spec_max_model_len
 from mmrl_api.image_budget import image_budget
 from mmrl_operator.core.builders.common import child_metadata, stamped
+from mmrl_operator.core.builders.pod_security import locked_container, root_image_pod
 from mmrl_operator.core.builders.raycluster import affinity
 from mmrl_operator.core.builders.volumes import build_mounts, local_path
 from mmrl_operator.core.names import inference_name, job_dir, service_account_name
@@ -161,6 +162,8 @@ def check_container(job: MultimodalRLJob, adapter: Adapter, mounts: list[dict[st
         "volumeMounts": mounts,
         # The last log lines become the termination message, so the operator can quote the broken rule.
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # The trainer image's user, in a pod whose vLLM runs as root; it writes only the adapter volume.
+        "securityContext": locked_container(read_only_root=True, non_root=True),
     }
 
 
@@ -218,6 +221,7 @@ def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
         "startupProbe": http_probe("/v1/models", 10, 180),
         "readinessProbe": http_probe("/v1/models", 10, 3),
         "livenessProbe": http_probe("/health", 15, 4),
+        "securityContext": vllm_security(),
     }
     if spec.trainer.env_from:
         container["envFrom"] = [e.wire() for e in spec.trainer.env_from]  # e.g. HF_TOKEN for a hub model
@@ -229,15 +233,22 @@ def _pod_spec(job: MultimodalRLJob, adapter: Adapter) -> dict[str, Any]:
     }
 
 
+def vllm_security() -> dict[str, Any]:
+    """vLLM's container: its published images run as root and write their caches under $HOME (pod_security)."""
+    return locked_container(read_only_root=False)
+
+
 def job_pod_basics(job: MultimodalRLJob, gpu_count: int) -> dict[str, Any]:
     """Identity and placement of a pod the operator runs for a trained job (its vLLM server, its adapter check):
     the trainer's ServiceAccount, whose IRSA / pod identity reads the adapter and model from S3, without the
     Kubernetes API token (neither calls the API); the training pods' tolerations, HyperPod health affinity and pull
-    secrets; `inference.nodeSelector`."""
+    secrets; `inference.nodeSelector`; the securityContext that holds for vLLM's root image (each container adds
+    its own, see pod_security)."""
     spec, inf = job.spec, job.spec.inference
     pod: dict[str, Any] = {
         "serviceAccountName": service_account_name(job.name),
         "automountServiceAccountToken": False,
+        "securityContext": root_image_pod(),
     }
     tolerations = [t.wire() for t in spec.cluster.tolerations]
     if gpu_count:

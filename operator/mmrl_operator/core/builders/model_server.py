@@ -25,8 +25,10 @@ from mmrl_operator.core.builders.inference import (
     http_probe,
     served_base_name,
     vllm_deployment,
+    vllm_security,
     vllm_service,
 )
+from mmrl_operator.core.builders.pod_security import root_image_pod
 from mmrl_operator.core.builders.raycluster import hyperpod_affinity
 from mmrl_operator.core.names import object_uid
 
@@ -178,12 +180,14 @@ def _pod_spec(server: ModelServer) -> dict[str, Any]:
         "startupProbe": http_probe("/v1/models", 10, 180),
         "readinessProbe": http_probe("/v1/models", 10, 3),
         "livenessProbe": http_probe("/health", 15, 4),
+        "securityContext": vllm_security(),
     }
     if spec.env_from:
         container["envFrom"] = [e.wire() for e in spec.env_from]
     pod: dict[str, Any] = {
         # The server never calls the Kubernetes API: no token in its pods.
         "automountServiceAccountToken": False,
+        "securityContext": root_image_pod(),
         "containers": [container],
         "volumes": volumes,
         # Ready (in the Service) only once the operator has loaded every adapter the server serves into it: a new or

@@ -18,6 +18,7 @@ from mmrl_api.contract import ATTEMPT_LOG_CONTAINER, ATTEMPT_LOG_DIR, attempt_lo
 from mmrl_api.tracking import secret_env
 from mmrl_operator.core.builders.common import SPEC_HASH_ANNOTATION, child_metadata, spec_hash
 from mmrl_operator.core.builders.efa import efa_env
+from mmrl_operator.core.builders.pod_security import locked_container, non_root_pod
 from mmrl_operator.core.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_operator.core.names import hf_cache_dir, job_dir, kueue_labels, raycluster_name, service_account_name
@@ -106,8 +107,11 @@ def _pod_template(
                 "envFrom": [e.wire() for e in spec.trainer.env_from],
                 "resources": resources,
                 "volumeMounts": mounts.mounts,
+                # Ray, torch and vLLM write under /tmp and $HOME (where the image keeps its Python too): not read-only.
+                "securityContext": locked_container(read_only_root=False),
             }
         ],
+        "securityContext": non_root_pod(),
         "volumes": mounts.volumes,
         "tolerations": [t.wire() for t in spec.cluster.tolerations] + extra_tolerations,
     }
@@ -233,6 +237,7 @@ def _trainer_log_container(job: MultimodalRLJob) -> dict[str, Any] | None:
         "command": attempt_log_argv(f"{directory}/{ATTEMPT_LOG_DIR}"),
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "volumeMounts": build_mounts(job).mounts,
+        "securityContext": locked_container(read_only_root=True),  # it only reads the claim and prints
     }
 
 

@@ -3,6 +3,11 @@
 KubeRay's own `backoffLimit` would delete and recreate the whole cluster (and with clusterSelector it cannot
 retry at all), so it stays 0: mmrl starts the next attempt itself, on the same cluster, resuming from the latest
 complete checkpoint.
+
+KubeRay's submitter pod (`ray job submit` against the head's dashboard) is built from our template rather than
+KubeRay's default: the same container KubeRay would make (its name, the head's image, its resources; KubeRay fills
+in the command), plus a label naming the job, which the job's NetworkPolicy admits to the dashboard port, the
+restricted securityContext of the other Ray pods, the job's pull secrets, and no API token (it calls only Ray).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
 from mmrl_api.contract import config_digest, entrypoint_command, selftest_command
 from mmrl_operator.core.builders.common import child_metadata
+from mmrl_operator.core.builders.pod_security import locked_container, non_root_pod
 from mmrl_operator.core.builders.trainer_config import build_config_map
 from mmrl_operator.core.builders.volumes import CONFIG_FILE
 from mmrl_operator.core.names import PREFLIGHT_ATTEMPT, job_dir, raycluster_name, rayjob_name
@@ -49,4 +55,31 @@ def build_rayjob(job: MultimodalRLJob, attempt: int) -> dict[str, Any]:
         "shutdownAfterJobFinishes": False,
         "metadata": {"mmrl.dev/job": job.name, "mmrl.dev/attempt": str(attempt)},
     }
+    spec["submitterPodTemplate"] = submitter_template(job)
     return {"apiVersion": c.RAY_API_VERSION, "kind": "RayJob", "metadata": metadata, "spec": spec}
+
+
+# KubeRay's own submitter container (ray-operator common/job.go GetDefaultSubmitterContainer, v1.5.1).
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def submitter_template(job: MultimodalRLJob) -> dict[str, Any]:
+    trainer = job.spec.trainer
+    container = {
+        "name": SUBMITTER_CONTAINER,
+        "image": trainer.image,
+        "imagePullPolicy": trainer.image_pull_policy,
+        "resources": {k: dict(v) for k, v in SUBMITTER_RESOURCES.items()},
+        "securityContext": locked_container(read_only_root=False),  # Ray's CLI writes under /tmp and $HOME
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": non_root_pod(),
+        "containers": [container],
+    }
+    secrets = job.spec.cluster.pod_template.image_pull_secrets
+    if secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in secrets]
+    return {"metadata": {"labels": {c.LABEL_RAY_SUBMITTER: job.name}}, "spec": pod}
