@@ -39,7 +39,7 @@ from tests.support.operator import wait_until
 pytestmark = pytest.mark.cluster
 
 DEFAULT: dict[str, Any] = {}
-NAMESPACED_WITH_OPT_INS = {"metrics": {"serviceMonitor": {"enabled": True}}, "specPatchPolicy": {"enabled": True}}
+NAMESPACED_WITH_OPT_INS = {"metrics": {"serviceMonitor": {"enabled": True}}}
 
 
 @pytest.fixture
@@ -126,7 +126,8 @@ def test_crds_are_installed_and_kept_by_default_and_both_can_be_switched_off(hel
 def test_rendered_rbac_is_the_permission_table(helm: Helm, mode: str) -> None:
     watch = ["team-a", "team-b"] if mode == "namespaced" else []
     objects = helm.template("mmrl", "mmrl-system", {"watchNamespaces": watch})
-    (cluster_role,) = of_kind(objects, "ClusterRole")
+    # The operator's own; the user roles aggregated into edit and view are tests/cluster/test_chart_security.py's.
+    (cluster_role,) = [r for r in of_kind(objects, "ClusterRole") if r["metadata"]["name"] == "mmrl-mmrl-operator"]
     roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
     lease = next(r["resourceNames"][0] for r in roles["mmrl-system"]["rules"] if r.get("resourceNames"))
     if watch:
@@ -158,7 +159,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     expected |= {"RoleBinding", "Service", "Deployment", "ValidatingAdmissionPolicy"}
     assert expected <= set(kinds) and ("ServiceMonitor" in kinds) is (mode == "namespaced")
     policies = {o["metadata"]["name"] for o in of_kind(objects, "ValidatingAdmissionPolicy")}
-    assert (SPEC_PATCH_POLICY in policies) is (mode == "namespaced")  # opt-in
+    assert SPEC_PATCH_POLICY in policies  # on by default
     apply_objects(api_client, objects, dry_run=True)  # raises on the first object the apiserver refuses
     # The restricted Pod Security Standard is enforced on pods (a Deployment only warns): admit the pod itself.
     core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})

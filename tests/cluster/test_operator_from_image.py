@@ -102,6 +102,8 @@ def test_helm_installs_the_operator_from_its_image_and_a_standby_pod_takes_over_
             writes = requests_by(control_plane.audit_log, username)
             created = {(r.resource, r.name) for r in writes if r.verb in ("create", "patch") and r.code < 300}
             assert ("rayclusters", "geo") in created, sorted(created)
+            # The chart's networkPolicy value reached it: the job's NetworkPolicy, under the chart's RBAC.
+            assert ("networkpolicies", "geo-ray") in created, sorted(created)
 
             # The leader crashes as on a lost node: its container's PID 1 (and with it the container's whole PID
             # namespace) is SIGKILLed and its pod force-deleted. Nothing releases the Lease: the standby must wait

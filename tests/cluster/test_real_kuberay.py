@@ -16,7 +16,6 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_local.addons.kuberay_operator import KubeRayOperator
 from mmrl_local.cluster import storage
 from tests.support.corpus import example
 from tests.support.jobspecs import cluster_job
@@ -25,12 +24,6 @@ from tests.support.operator import wait_until
 pytestmark = pytest.mark.cluster
 
 CHECKPOINT_CLAIM = "fsx-claim"  # examples/job.yaml's FSx for Lustre claim
-
-
-@pytest.fixture
-def real_kuberay(api_client, control_plane, namespace: str, tmp_path: Path) -> Iterator[KubeRayOperator]:
-    with KubeRayOperator(api_client, control_plane.kubeconfig, tmp_path / "kuberay.log", namespaces=[namespace]) as kr:
-        yield kr
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""The chart's opt-in specPatch admission policy on the real apiserver: installed with `specPatchPolicy.enabled`,
-it refuses every specPatch that would give the Ray pods more power than the job's own (naming the field) and
-admits a clean one; a job admitted before the policy can still be updated; with the value off, the same jobs are
+"""The chart's specPatch admission policy on the real apiserver: installed with `specPatchPolicy.enabled` (the
+default), it refuses every specPatch that would give the Ray pods more power than the job's own (naming the field)
+and admits a clean one; a job admitted before the policy can still be updated; with the value off, the same jobs are
 admitted again."""
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_local.addons import operator_release
 from mmrl_local.addons.kuberay_incluster import KubeRayInCluster
+from mmrl_local.addons.kuberay_operator import KubeRayOperator
 from mmrl_local.addons.kueue_incluster import KueueInCluster
 from mmrl_local.addons.operator_process import FORKSERVER_ENV, PREIMPORT
 from mmrl_local.cluster import hyperpod as hp
@@ -229,6 +230,16 @@ def kuberay_run(
     """The stand-in in run mode: every RayJob's entrypoint really runs inside its Ray head pod's view, in the head
     pod's network namespace where this machine can make one (else in this machine's network)."""
     yield from _standin(api_client, namespace, tmp_path, "run", network=control_plane.pod_network)
+
+
+@pytest.fixture
+def real_kuberay(
+    api_client: client.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> Iterator[KubeRayOperator]:
+    """The REAL KubeRay operator (v1.5.1) as a process on this machine, watching this test's namespace, on kwok's
+    nodes: it makes the pods, Services and submitter Jobs, and no Ray runs in them."""
+    with KubeRayOperator(api_client, control_plane.kubeconfig, tmp_path / "kuberay.log", namespaces=[namespace]) as kr:
+        yield kr
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
+from mmrl_local.addons import kuberay_incluster
 from mmrl_local.cluster import nodes
 from mmrl_local.common.helm import CHART, Helm
 from mmrl_local.node.kubelet import Kubelet
@@ -37,7 +38,8 @@ def values(
     cluster_objects: bool = True,
 ) -> dict[str, Any]:
     """Chart values for the built image on the dedicated node. ``cluster_objects`` False leaves the CRD and the
-    trainer-status policy out (a cluster that has them already, as the test session does)."""
+    trainer-status policy out (a cluster that has them already, as the test session does). Each job's
+    NetworkPolicy admits the in-cluster KubeRay (``kuberay_incluster``) from its namespace."""
     repository, tag = image.image.rsplit(":", 1)
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
@@ -45,6 +47,7 @@ def values(
         "watchNamespaces": list(watch or []),
         "crds": {"enabled": cluster_objects},
         "trainerStatusPolicy": {"enabled": cluster_objects},
+        "networkPolicy": {"kuberay": {"namespace": kuberay_incluster.NAMESPACE}},
         "nodeSelector": {nodes.DEDICATED_LABEL: ROLE},
         "tolerations": [{**nodes.dedicated_taint(ROLE), "operator": "Equal"}],
     }

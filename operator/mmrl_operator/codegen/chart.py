@@ -1,6 +1,6 @@
 """Generate the Helm chart's templates that come from code: the CRDs (from the pydantic models), the RBAC (from
-`rbac.PERMISSIONS`) and the admission policies (trainer status fields from `policy.py`, specPatch limits from
-`spec_patch_policy.py`).
+`rbac.PERMISSIONS`), the user-facing roles aggregated into `admin`/`edit`/`view` (`user_roles.py`) and the admission
+policies (trainer status fields from `policy.py`, specPatch limits from `spec_patch_policy.py`).
 
 They are templates, not files in the chart's `crds/` directory, because Helm never upgrades `crds/`: as a template
 the CRD follows `helm upgrade`. `python -m mmrl_operator.codegen.chart --out charts/mmrl-operator` writes them (`make
@@ -21,6 +21,7 @@ from mmrl_operator.codegen.crd import JOB, SERVER, build_crd
 from mmrl_operator.codegen.generated import generator_main
 from mmrl_operator.codegen.spec_patch_policy import build_spec_patch_policy
 from mmrl_operator.codegen.trainer_status_policy import build_trainer_status_policy
+from mmrl_operator.codegen.user_roles import user_roles
 from mmrl_operator.runtime.permissions import Rule, rules_for
 
 CHART_DIR = Path(__file__).resolve().parents[3] / "charts" / "mmrl-operator"
@@ -141,6 +142,30 @@ rules:
 """
 
 
+def render_user_roles() -> str:
+    """`<full name>-edit` and `-view`, rendered unless `aggregatedRoles.enabled` is false."""
+    docs = []
+    for role in user_roles():
+        extra = {k: json.dumps(v) for k, v in role.labels.items()}
+        docs.append(
+            f"""apiVersion: {RBAC_API}
+kind: ClusterRole
+metadata:
+  name: {{{{ include "mmrl-operator.fullname" . }}}}-{role.suffix}
+{_labels(extra=extra)}
+rules:
+{_dump(list(role.rules), 2)}"""
+        )
+    return _switched(docs, "operator/mmrl_operator/codegen/user_roles.py", "aggregatedRoles")
+
+
+def _switched(docs: list[str], source: str, value: str) -> str:
+    """YAML documents as one template, rendered only when `.Values.<value>.enabled` is true."""
+    body = "\n---\n".join(docs)
+    guard = f"{{{{- if .Values.{value}.enabled }}}}"
+    return f"{_header(source)}{guard}\n{body}\n{{{{- end }}}}\n"
+
+
 def render_policy(objects: list[dict[str, Any]], source: str, value: str) -> str:
     """Admission policy objects as one template, rendered only when `.Values.<value>.enabled` is true."""
     docs = []
@@ -154,9 +179,7 @@ metadata:
 {_labels()}
 {_dump(rest, 0)}"""
         )
-    body = "\n---\n".join(docs)
-    guard = f"{{{{- if .Values.{value}.enabled }}}}"
-    return f"{_header(source)}{guard}\n{body}\n{{{{- end }}}}\n"
+    return _switched(docs, source, value)
 
 
 def render() -> dict[str, str]:
@@ -165,6 +188,7 @@ def render() -> dict[str, str]:
         "templates/crd.yaml": render_crd(build_crd(JOB)),
         "templates/crd-modelserver.yaml": render_crd(build_crd(SERVER)),
         "templates/rbac.yaml": render_rbac(),
+        "templates/user-roles.yaml": render_user_roles(),
         "templates/trainer-status-policy.yaml": render_policy(
             build_trainer_status_policy(),
             "operator/mmrl_operator/codegen/trainer_status_policy.py",

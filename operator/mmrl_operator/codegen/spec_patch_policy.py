@@ -5,10 +5,11 @@ have the operator create pods that run as any ServiceAccount of the namespace, j
 namespace, mount a host path, run privileged or with added capabilities, or tolerate HyperPod's node-health-status
 taint (pods on nodes HyperPod is checking, rebooting or replacing). This ValidatingAdmissionPolicy refuses
 a job whose specPatch sets any of those, with a message naming the field. The specPatch fields are found in the
-job model, so a new one is covered the day it is added. It is opt-in (the chart's `specPatchPolicy.enabled`):
-a platform that already trusts its job authors with pods, or enforces the Pod Security Standards on the Ray pods,
-may not want it. Only creates and updates that change a specPatch are judged, so a job admitted before the policy
-was switched on never gets stuck (the operator can still update its metadata and delete it).
+job model, so a new one is covered the day it is added. It is on unless the platform turns it off (the chart's
+`specPatchPolicy.enabled`), as one that already trusts its job authors with pods may. Only creates and updates that
+change a specPatch are judged, so a job admitted before the policy was switched on never gets stuck (the operator
+can still update its metadata and delete it). A specPatch may still loosen the Ray pods' securityContext (an image
+that runs as root needs `runAsNonRoot: false`): the Pod Security Standards on the namespace judge that.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob
 from mmrl_api.status import InferenceStatus, JobStatus
 from mmrl_operator.core.attempts import adopt_orphan_attempt, budget_of, budget_raised, step_attempts
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
 from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.builders.trainer_config import build_config_map
@@ -38,14 +39,21 @@ log = logging.getLogger("mmrl.reconcile")
 UNDECIDED_RETRY_SECONDS = 60
 
 
-def decide(job: MultimodalRLJob, generation: int, observed: Observed, now: datetime) -> Plan:
-    """Compute the actions and the new status for one job. See the module docstring for the guarantees.
+def decide(
+    job: MultimodalRLJob,
+    generation: int,
+    observed: Observed,
+    now: datetime,
+    network: NetworkPolicySettings | None = None,
+) -> Plan:
+    """Compute the actions and the new status for one job. See the module docstring for the guarantees. `network`
+    is the platform's NetworkPolicy choice (default: on, KubeRay in `default`).
 
     Total: malformed input (status read back, children, vLLM's answers) is handled where it is read, which the
     property tests check on `run` itself. Should a case still escape, this job alone gets no actions, a Stalled
     condition and a Warning, and is tried again later; the operator and every other job go on."""
     try:
-        return run(Decision(job, generation, observed, now))
+        return run(Decision(job, generation, observed, now, network))
     except Exception as exc:
         log.exception("no decision for job %s/%s", job.namespace, job.name)
         return undecided(job, generation, now, f"{type(exc).__name__}: {exc}")
@@ -182,6 +190,18 @@ def ensure_children(d: Decision) -> None:
             d.event("Normal", "RayClusterUpdated", "applied the changed Ray cluster spec")
     d.plan.apply += late
     d.status.ray_cluster = desired["metadata"]["name"]
+    guard_ray_pods(d, first_time)
+
+
+def guard_ray_pods(d: Decision, first_time: bool) -> None:
+    """The job's NetworkPolicy goes with the static children, and again with every write of the RayCluster (so a
+    job older than the policy gets it once its cluster is next applied), ahead of the RayCluster: its pods are never
+    reachable before the policy exists."""
+    policy = build_network_policy(d.job, d.network)
+    writes_cluster = [i for i, o in enumerate(d.plan.apply) if o["kind"] == "RayCluster"]
+    if policy is None or not (first_time or writes_cluster):
+        return
+    d.plan.apply.insert(writes_cluster[0] if writes_cluster else len(d.plan.apply), policy)
 
 
 def avoided_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:

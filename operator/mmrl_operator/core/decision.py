@@ -14,6 +14,7 @@ from typing import Any
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
 from mmrl_api.status import Attempt, JobStatus
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings
 from mmrl_operator.core.names import raycluster_name, rayjob_name
 from mmrl_operator.core.observed import Observed, raycluster_ready, rayjob_outcome
 
@@ -58,8 +59,16 @@ def parse_ts(value: str | None) -> datetime | None:
 
 
 class Decision:
-    def __init__(self, job: MultimodalRLJob, generation: int, observed: Observed, now: datetime) -> None:
+    def __init__(
+        self,
+        job: MultimodalRLJob,
+        generation: int,
+        observed: Observed,
+        now: datetime,
+        network: NetworkPolicySettings | None = None,
+    ) -> None:
         self.job, self.spec, self.gen, self.now = job, job.spec, generation, now
+        self.network = network or NetworkPolicySettings()  # the platform's choice (the chart's networkPolicy)
         self.status: JobStatus = (job.status or JobStatus()).model_copy(deep=True)
         # One attempt at a time: a RayJob of the job's beyond the next attempt number was not made by this operator
         # (a forged owner reference, or a name picked to cost a loop per number): it is ignored like a stranger's.

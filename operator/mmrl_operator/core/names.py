@@ -63,6 +63,10 @@ def adapter_check_name(job_name: str) -> str:
     return f"{job_name}-adapter-check"
 
 
+def network_policy_name(job_name: str) -> str:
+    return f"{job_name}-ray"
+
+
 def job_labels(job_name: str, component: str) -> dict[str, str]:
     return {c.LABEL_JOB: job_name, c.LABEL_COMPONENT: component, c.LABEL_MANAGED_BY: c.MANAGED_BY}
 

@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from mmrl_api import constants as c
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings
 from mmrl_operator.runtime import metrics
 from mmrl_operator.runtime.caches import Caches
 from mmrl_operator.runtime.jobstore import JobStore
@@ -66,6 +67,7 @@ class Runtime:
     jobs: JobStore = field(default_factory=JobStore)
     warm: threading.Thread | None = None  # the warm start: it has listed (or failed) once the thread has ended
     warm_error: BaseException | None = None
+    network: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)  # the chart's networkPolicy
 
     def __post_init__(self) -> None:
         self.caches = self.listing or Caches(self.kube, self.namespaces, wake=self.queue.add)
@@ -168,7 +170,13 @@ def reconcile_key(key: Key) -> float | None:
     assert RUNTIME is not None
     try:
         plan = reconcile(
-            RUNTIME.kube, key[0], key[1], caches=RUNTIME.caches, written=_own_write(key), jobs=RUNTIME.jobs
+            RUNTIME.kube,
+            key[0],
+            key[1],
+            caches=RUNTIME.caches,
+            written=_own_write(key),
+            jobs=RUNTIME.jobs,
+            network=RUNTIME.network,
         )
     except StatusConflict:
         metrics.STATUS_CONFLICTS.inc()

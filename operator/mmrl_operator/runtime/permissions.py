@@ -26,6 +26,7 @@ from mmrl_api import constants as c
 
 Scope = Literal["cluster", "watched", "own"]
 CORE, APPS, RBAC, COORDINATION = "", "apps", "rbac.authorization.k8s.io", "coordination.k8s.io"
+NETWORKING = "networking.k8s.io"
 # Kubernetes' verbs on resources; a verb of these that a rule does not list is one the operator must not hold.
 ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # Server-side apply is a PATCH; the apiserver also authorizes `create` when the object does not exist yet. Every
@@ -104,6 +105,13 @@ PERMISSIONS: tuple[Rule, ...] = (
     ),
     Rule(
         RBAC, "rolebindings", ("get", *APPLY), "watched", "binds the trainer's Role (its rules are held above, no bind)"
+    ),
+    Rule(
+        NETWORKING,
+        "networkpolicies",
+        ("get", *APPLY),
+        "watched",
+        "the job's NetworkPolicy: only its own pods, its submitter and KubeRay reach its Ray pods",
     ),
     Rule(APPS, "deployments", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Deployment"),
     Rule(CORE, "services", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Service"),

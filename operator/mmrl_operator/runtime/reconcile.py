@@ -22,6 +22,7 @@ from mmrl_api import constants as c
 from mmrl_api import parse_job
 from mmrl_api.job import MultimodalRLJob
 from mmrl_operator.core.builders import adapter_check, inference
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings
 from mmrl_operator.core.builders.raycluster import SPEC_HASH_LABEL, avoided_nodes
 from mmrl_operator.core.decide import Plan, decide, parse_ts, ts
 from mmrl_operator.core.health import node_verdict
@@ -299,12 +300,18 @@ def starts_or_stops(plan: Plan, status: dict[str, Any]) -> bool:
     )
 
 
-def settled(stored: dict[str, Any], generation: int, observed: Observed, now: datetime) -> bool:
+def settled(
+    stored: dict[str, Any],
+    generation: int,
+    observed: Observed,
+    now: datetime,
+    network: NetworkPolicySettings | None = None,
+) -> bool:
     """Whether a pass on the job as just stored, seeing the same children, would do nothing: then the watch event
     of our own write needs no pass. When the write is one step of several (the next one decided from the status
     just written), it does."""
     try:
-        again = decide(parse_read_back(stored)[0], generation, observed, now)
+        again = decide(parse_read_back(stored)[0], generation, observed, now, network)
     except ValueError:
         return False
     return not (again.apply or again.delete or again.events or _status_patch(stored.get("status") or {}, again.status))
@@ -338,10 +345,12 @@ def reconcile(
     caches: Caches | None = None,
     written: Callable[[dict[str, Any]], None] | None = None,
     jobs: JobStore | None = None,
+    network: NetworkPolicySettings | None = None,
 ) -> Plan | None:
     """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone).
     `written` receives the job as the apiserver stored it after this pass's status write. With `jobs` the job is
-    read from that store (no request) unless the pass starts or stops an attempt; our write goes into it."""
+    read from that store (no request) unless the pass starts or stops an attempt; our write goes into it.
+    `network`: the platform's NetworkPolicy settings (the operator's MMRL_NETWORK_POLICY)."""
     started = time.perf_counter()
     calls_before = kube.thread_calls()
     now = now or datetime.now(UTC).replace(microsecond=0)
@@ -363,7 +372,7 @@ def reconcile(
         edited=edited,
         server_lookup=servers,
     )
-    plan = decide(job, generation, observed, now)
+    plan = decide(job, generation, observed, now, network)
     if caches is not None and starts_or_stops(plan, raw.get("status") or {}):
         # One attempt at a time is decided on what the apiserver says now, not on what the watches said so far:
         # its pods and their nodes alike (a pod list fresher than the node cache could show a pod gone with its
@@ -375,7 +384,7 @@ def reconcile(
             raw, job, problems = read
             generation = raw["metadata"].get("generation", 0)
         observed = observe(kube, job, node_lookup, status_problems=problems, edited=edited, server_lookup=servers)
-        plan = decide(job, generation, observed, now)
+        plan = decide(job, generation, observed, now, network)
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.
     conflicts = name_conflicts(kube, job, observed, plan.apply)
@@ -394,7 +403,7 @@ def reconcile(
         failed = dataclasses.replace(
             observed, apply_error="; ".join(refused) or None, name_conflict="; ".join(conflicts) or None
         )
-        plan = decide(job, generation, failed, now)
+        plan = decide(job, generation, failed, now, network)
         plan.apply = []
     # Events before the status: whoever sees a condition the pass set (kubectl describe, a test) finds its event.
     for e in plan.events:
@@ -423,7 +432,7 @@ def reconcile(
             # Would the pass that our own write's watch event asks for do anything? Decide it now on the caches,
             # which already hold this pass's applies; if not, that event needs no pass.
             after = observe(kube, job, lookup, caches.owned, serving=observed.serving, status_problems=problems)
-            if settled(stored, generation, after, now):
+            if settled(stored, generation, after, now, network):
                 written(stored)
         metrics.record_restarts((raw.get("status") or {}).get("restarts") or {}, plan.status.get("restarts") or {})
     metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)

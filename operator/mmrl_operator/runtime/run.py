@@ -50,8 +50,10 @@ def run_operator(args: argparse.Namespace) -> int:
     early_lists = threading.Thread(target=_list_quietly, args=(caches,), name="mmrl-early-lists", daemon=True)
     early_lists.start()
 
+    from mmrl_operator.core.builders.network_policy import SETTINGS_ENV, NetworkPolicySettings
     from mmrl_operator.runtime import dispatch
 
+    network = NetworkPolicySettings.from_json(os.environ.get(SETTINGS_ENV))  # a bad chart value stops the start
     metrics.LEADER.set_function(lambda: 1.0 if elector is None or elector.is_leader() else 0.0)
     runtime = dispatch.Runtime(
         kube=kube,
@@ -62,6 +64,7 @@ def run_operator(args: argparse.Namespace) -> int:
         probe_workers=int(os.environ.get("MMRL_PROBE_WORKERS", "4")),
         listing=caches,
         early_lists=early_lists,
+        network=network,
     )
     gc.freeze()  # what the imports made stays: never scanned again (`mmrl operator` started with collection off)
     gc.enable()

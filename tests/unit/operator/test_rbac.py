@@ -14,6 +14,7 @@ import pytest
 import mmrl_operator.runtime.handlers  # noqa: F401  (registers the kopf handlers)
 from mmrl_api import constants as c
 from mmrl_operator.core.builders.common import owner_reference
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
 from mmrl_operator.core.builders.rbac import build_rbac
@@ -29,7 +30,8 @@ OPERATOR = RUNTIME.parent
 
 
 def plural(kind: str) -> str:
-    return kind.lower() + "s"  # true of every kind the operator handles (Service, Deployment, RayJob, ...)
+    lower = kind.lower()  # true of every kind the operator handles (Service, Deployment, RayJob, NetworkPolicy, ...)
+    return lower[:-1] + "ies" if lower.endswith("y") else lower + "s"
 
 
 def group_of(api_version: str) -> str:
@@ -69,8 +71,11 @@ def test_every_resource_the_operator_watches_is_declared_for_list_and_watch() ->
 
 def test_every_object_the_operator_applies_is_declared_for_create_and_patch() -> None:
     j = job()
-    for obj in [*build_rbac(j), build_config_map(j), build_raycluster(j), build_rayjob(j, 1)]:
-        rbac.require(group_of(obj["apiVersion"]), plural(obj["kind"]), *rbac.APPLY)
+    policy = build_network_policy(j, NetworkPolicySettings())
+    for obj in [*build_rbac(j), build_config_map(j), build_raycluster(j), build_rayjob(j, 1), policy]:
+        assert obj is not None
+        # A child's name is read before its first write (NameConflict), so `get` too.
+        rbac.require(group_of(obj["apiVersion"]), plural(obj["kind"]), "get", *rbac.APPLY)
 
 
 def _calls(path: Path, name: str) -> list[ast.Call]:

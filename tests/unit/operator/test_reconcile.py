@@ -42,8 +42,9 @@ def ready_cluster(j) -> dict:
 def test_new_job_creates_rbac_config_and_cluster_but_no_rayjob_until_ready() -> None:
     j = job()
     plan = decide(j, 1, Observed(), T0)
-    # The RayCluster goes right after what its pods need (ServiceAccount, ConfigMap), before the trainer's RBAC.
-    assert kinds(plan) == [STATIC[0], STATIC[3], "RayCluster/geo", STATIC[1], STATIC[2]]
+    # The RayCluster goes right after what its pods need (ServiceAccount, ConfigMap, the NetworkPolicy that guards
+    # them from their first moment), before the trainer's RBAC.
+    assert kinds(plan) == [STATIC[0], STATIC[3], "NetworkPolicy/geo-ray", "RayCluster/geo", STATIC[1], STATIC[2]]
     assert plan.status["phase"] == "Provisioning" and plan.status["observedGeneration"] == 1
     assert cond(plan, "Reconciling") == "True" and cond(plan, "Ready") == "False"
     assert plan.status["jobDir"] == "/fsx/mmrl/team/geo-0f1e2d3c"

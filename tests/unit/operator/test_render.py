@@ -13,6 +13,7 @@ from mmrl_api import validate_manifest
 from mmrl_operator.cli.main import main
 from mmrl_operator.cli.render import RENDER_UID, as_submitted, render_file
 from mmrl_operator.core.builders.inference import build_deployment, build_service, default_adapter
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
 from mmrl_operator.core.builders.rbac import build_rbac
@@ -24,6 +25,7 @@ EVERY_CHILD = {
     ("v1", "ConfigMap"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     (c.RAY_API_VERSION, "RayCluster"),
     (c.RAY_API_VERSION, "RayJob"),
     ("apps/v1", "Deployment"),
@@ -60,6 +62,7 @@ def test_render_is_what_the_builders_make_for_the_submitted_job(example: str) ->
     expected = [
         *build_rbac(submitted),
         build_config_map(submitted),
+        build_network_policy(submitted, NetworkPolicySettings()),
         build_raycluster(submitted),
         build_rayjob(submitted, 1),
         build_deployment(submitted, default_adapter(submitted)),

@@ -58,3 +58,11 @@ def test_values_ports_are_the_ports_the_operator_dockerfile_exposes() -> None:
 def test_generated_templates_are_fresh() -> None:
     for rel, text in chart.render().items():
         assert (chart.CHART_DIR / rel).read_text() == text, f"{rel} is stale: run `make crds`"
+
+
+def test_the_chart_is_secure_by_default() -> None:
+    """The spec-patch policy, each job's NetworkPolicy and the user roles are on unless the platform turns them off."""
+    assert VALUES["specPatchPolicy"]["enabled"] is True
+    assert VALUES["networkPolicy"]["enabled"] is True
+    assert VALUES["aggregatedRoles"]["enabled"] is True
+    assert VALUES["trainerStatusPolicy"]["enabled"] is True
