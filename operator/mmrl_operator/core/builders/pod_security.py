@@ -6,8 +6,8 @@ override whatever user a team's own image picked. vLLM's published images run as
 they get everything else. Every container drops all capabilities and cannot gain privileges (a non-root process has
 no effective capabilities anyway; the bounding set and no_new_privs also stop setuid and file-capability binaries).
 A read-only root file system only where everything the process writes is known: the trainer-log printer and the
-adapter check write nothing but their volumes, while Ray, torch, Triton, vLLM and the Hugging Face cache write under
-$HOME, which in the trainer image also holds the Python environment. `seccompProfile: RuntimeDefault` everywhere:
+adapter check write nothing but their volumes, while Ray, torch, Triton and vLLM write under /tmp and $HOME, which
+in the trainer image also holds the Python environment. `seccompProfile: RuntimeDefault` everywhere:
 the runtime's default filter, the one `docker run` applies.
 
 Each call returns new dicts: one dict shared by two containers would print as a YAML anchor (`mmrl render`).
