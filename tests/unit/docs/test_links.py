@@ -14,9 +14,6 @@ PAGES = sorted(
     key=lambda p: p.as_posix(),
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# Pages that come with branch `sec` (issue #48 item 4), linked from here before it is merged. The test fails once
-# they exist, so that the lead empties this set when merging.
-NOT_MERGED_YET = {"SECURITY.md", "docs/security.md"}
 
 
 def anchors(page: Path) -> set[str]:
@@ -41,15 +38,8 @@ def test_every_relative_link_names_a_file_and_heading_that_exist(page: Path) -> 
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
         name = resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else str(resolved)
-        if name in NOT_MERGED_YET:
-            continue
         if not resolved.exists():
             broken.append(f"{target}: no {name}")
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(f"{target}: no heading #{anchor} in {name}")
     assert broken == []
-
-
-def test_the_pages_of_branches_not_merged_yet_are_still_missing() -> None:
-    present = sorted(name for name in NOT_MERGED_YET if (ROOT / name).exists())
-    assert present == [], f"merged: remove {present} from NOT_MERGED_YET, their links are checked like the others"
