@@ -27,8 +27,7 @@ from mmrl_api.kube_syntax import (
 )
 from mmrl_api.kueue import KueueSpec, cluster_rules, field_error, worker_group_problem
 from mmrl_api.kueue_topology import annotation_problem, annotation_rules, group_problem, group_rule
-from mmrl_api.rules import text
-from mmrl_api.spec import DNS_LABEL
+from mmrl_api.rules import Rule, text
 
 
 class Resources(ApiModel):
@@ -54,10 +53,20 @@ MAX_JOB_PODS = 1 + MAX_REPLICAS * MAX_WORKER_GROUPS
 """The most Ray pods one job can have (a head and every worker)."""
 
 
+MAX_GROUP_NAME = 20
 InstanceTypeName: Any = text(
     LABEL_VALUE_MAX, LABEL_VALUE, *hardware.NAME_RULES, min_length=1, hint=hardware.did_you_mean
 )
 """A node.kubernetes.io/instance-type value that `hardware.NAME_RULES` allows."""
+
+
+GROUP_NAME_RULE = Rule(
+    "^[a-z0-9]+$",
+    "must be lowercase letters and digits only, without dashes (e.g. gpu, p5, g6e): the name is part of the Ray "
+    "worker pods' names, from which admission tells this job's pods from another job's",
+)
+GroupName: Any = text(MAX_GROUP_NAME, GROUP_NAME_RULE, min_length=1)
+"""A worker group's name."""
 
 
 class WorkerGroup(ApiModel):
@@ -70,8 +79,9 @@ class WorkerGroup(ApiModel):
         )
     }
 
-    name: str = Field(default="gpu", min_length=1, max_length=20, pattern=DNS_LABEL)
-    """Group name (DNS label, unique in the job)."""
+    name: GroupName = "gpu"  # type: ignore[valid-type]
+    """Group name: lowercase letters and digits (no dashes), unique in the job. It is part of the Ray worker pods'
+    names, from which admission tells one job's trainer from another's."""
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     """Worker pods (one per node). Mutable: changed replicas are applied to the RayCluster."""
     instance_type: InstanceTypeName | None = "ml.p5.48xlarge"  # type: ignore[valid-type]
@@ -209,9 +219,10 @@ class PodTemplateOverrides(ApiModel):
     spec_patch: dict[str, Any] | None = Field(default=None, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})
     """JSON merge patch (RFC 7386) applied last to each pod spec, for what the fields above do not cover.
     Not validated by the operator, except that its tolerations may not tolerate HyperPod's node-health-status
-    taint (the job is then InvalidSpec): you own what you put here. Clusters may refuse a ServiceAccount, host
-    namespaces, hostPath volumes, privileged containers and added capabilities here (the
-    mmrl-restrict-spec-patch admission policy)."""
+    taint (the job is then InvalidSpec): you own what you put here. The pods' ServiceAccount (the namespace's
+    mmrl-trainer) and its token are set after the patch. Clusters may refuse a ServiceAccount, host namespaces,
+    hostPath volumes, privileged containers and added capabilities here (the mmrl-restrict-spec-patch admission
+    policy)."""
 
     @field_validator("annotations")
     @classmethod
