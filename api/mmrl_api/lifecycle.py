@@ -33,7 +33,8 @@ class S3Checkpoint(ApiModel):
     """An S3 prefix; SkyRL reads and writes checkpoints there directly."""
 
     uri: text(1024, S3_URI, NO_PARENT_SEGMENT, pattern=r"^s3://")  # type: ignore[valid-type]
-    """s3://bucket/prefix; the trainer's credentials (IRSA / pod identity) must allow read and write."""
+    """s3://bucket/prefix; the IAM role of the namespace's mmrl-trainer ServiceAccount (IRSA or EKS Pod Identity, set
+    by the platform) must allow read and write."""
 
 
 class CheckpointSpec(ApiModel):

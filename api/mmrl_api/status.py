@@ -75,7 +75,7 @@ class EpisodeProgress(StatusModel):
 
 
 class Progress(StatusModel):
-    """Written by the trainer (rate-limited) through its own ServiceAccount."""
+    """Written by the trainer (rate-limited) as the namespace's mmrl-trainer, from one of the job's Ray pods."""
 
     attempt: int | None = None
     """The attempt whose trainer wrote this progress."""

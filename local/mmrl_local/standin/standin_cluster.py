@@ -62,13 +62,23 @@ def ray_labels(cluster_name: str, want: GroupWant) -> dict[str, str]:
     }
 
 
+POD_PREFIX_MAX = 50  # KubeRay v1.5 utils.PodName: 63 - len("-worker-") - 5 generated characters
+
+
+def pod_generate_name(cluster_name: str, want: GroupWant) -> str:
+    """KubeRay's generateName for a Ray pod (utils.PodName): the cluster's name for the head, `<cluster>-<group>` for a
+    worker, cut to 50 characters, then `-head-` or `-worker-`, lowercased."""
+    prefix = cluster_name if want.node_type == "head" else f"{cluster_name}-{want.group}"
+    return f"{prefix[:POD_PREFIX_MAX]}-{want.node_type}-".lower()
+
+
 def build_pod(cluster: dict, want: GroupWant) -> dict:
     """A pod for one Ray node, built from the group's template the way KubeRay does (template metadata kept,
     KubeRay's labels on top, owned by the RayCluster)."""
     name = cluster["metadata"]["name"]
     template = copy.deepcopy(want.template)
     meta = template.get("metadata") or {}
-    prefix = f"{name}-head-" if want.node_type == "head" else f"{name}-{want.group}-worker-"
+    prefix = pod_generate_name(name, want)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

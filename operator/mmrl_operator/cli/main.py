@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -136,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--peering", default="mmrl-operator", help="peering object name (one active replica)")
     o.add_argument("--priority", type=int, default=0)
     o.add_argument("--standalone", action="store_true", help="no peering (single replica / development)")
+    o.add_argument(
+        "--trainer-identity",
+        default=os.environ.get("MMRL_TRAINER_IDENTITY_FILE"),
+        metavar="FILE",
+        help="the chart's trainerIdentity values (JSON or YAML): annotations for each namespace's mmrl-trainer "
+        "ServiceAccount (default: $MMRL_TRAINER_IDENTITY_FILE; none: no annotations)",
+    )
     return parser
 
 

@@ -1,10 +1,11 @@
 """`mmrl render`: every object the operator would create for a job file, without a cluster.
 
 The objects come from `core.decide.decide` itself, run over three imagined moments of the job's life rather than
-from a second list of builders: a new job (ServiceAccount, ConfigMap, RayCluster, Role, RoleBinding), the same job
-once its RayCluster reports ready (the first RayJob), and the job after training succeeded (the inference
-Deployment and Service, unless `spec.inference.enabled` is false). So what render prints is what the controller
-applies, and a builder added to the decision shows up here without touching this module.
+from a second list of builders: a new job (ConfigMap, RayCluster), the same job once its RayCluster reports ready
+(the first RayJob), and the job after training succeeded (the inference Deployment and Service, unless
+`spec.inference.enabled` is false). So what render prints is what the controller applies, and a builder added to the
+decision shows up here without touching this module. The pods run as the namespace's `mmrl-trainer`, which the
+operator makes once per namespace from the platform's settings, not from the job: render does not print it.
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ POLICY_NAME = "mmrl-restrict-spec-patch"
 SPEC_PATCH_FIELD = "spec_patch"
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
-# automountServiceAccountToken is allowed: the pods' ServiceAccount is fixed to the job's own, whose token is
-# mounted anyway (the trainer uses it to report progress), so the field can only take a token away.
-SERVICE_ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount")
+# The pods' identity is the namespace's trainer identity, with its API token mounted (the trainer reports progress
+# with it); the RayCluster builder sets these fields after the specPatch anyway, so a patch of them is a mistake.
+SERVICE_ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount", "automountServiceAccountToken")
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:
@@ -72,7 +72,12 @@ def _variable(path: tuple[str, ...]) -> str:
 def _rules(patch: str, field: str) -> list[tuple[str, str, str]]:
     """(expression that holds for an allowed patch, field below the specPatch, why) for one specPatch."""
     out = [
-        (f"!has({patch}.{f})", f, "the Ray pods run as the job's own ServiceAccount; a specPatch may not change it")
+        (
+            f"!has({patch}.{f})",
+            f,
+            "the Ray pods run as the namespace's mmrl-trainer ServiceAccount with its token; a specPatch may not "
+            "change that",
+        )
         for f in SERVICE_ACCOUNT_FIELDS
     ]
     out += [

@@ -9,7 +9,6 @@ from mmrl_api.contract import fatal_reason, last_error_line
 from mmrl_api.status import Attempt
 from mmrl_operator.core import avoidance
 from mmrl_operator.core.builders.rayjob import build_rayjob
-from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.builders.trainer_config import build_config_map
 from mmrl_operator.core.decision import Decision, Delete, parse_ts, ts
 from mmrl_operator.core.faults import (
@@ -282,9 +281,9 @@ def start_when_ready(d: Decision, cause: str) -> None:
         return
     n = d.status.attempt + 1
     if n > 1 and d.status.observed_generation == d.gen and d.obs.raycluster is not None:
-        # A retry heals static children deleted while the last attempt ran (the first attempt's were applied
-        # by the pass that created the cluster for this generation: applying them again would be 4 no-ops).
-        d.plan.apply += [*build_rbac(d.job), build_config_map(d.job)]
+        # A retry heals the ConfigMap if it was deleted while the last attempt ran (the first attempt's was applied
+        # by the pass that created the cluster for this generation: applying it again would be a no-op).
+        d.plan.apply.append(build_config_map(d.job))
     d.plan.apply.append(build_rayjob(d.job, n))
     # The trainer resumes from the newest complete checkpoint it finds; it reports which (resumedFromStep).
     ckpt = d.status.progress.last_checkpoint

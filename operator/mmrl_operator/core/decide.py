@@ -21,7 +21,6 @@ from mmrl_api.status import InferenceStatus, JobStatus
 from mmrl_operator.core.attempts import adopt_orphan_attempt, budget_of, budget_raised, step_attempts
 from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.raycluster import SPEC_HASH_ANNOTATION, build_raycluster
-from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.builders.trainer_config import build_config_map
 from mmrl_operator.core.conditions import Facts, compute_conditions
 from mmrl_operator.core.decision import Decision, Delete, Event, Plan, parse_ts, ts
@@ -161,12 +160,10 @@ def refused_before(d: Decision) -> bool:
 
 def ensure_children(d: Decision) -> None:
     first_time = d.status.observed_generation != d.gen or d.obs.raycluster is None or refused_before(d)
-    late: list[dict[str, Any]] = []
     if first_time:
-        # KubeRay needs the ServiceAccount and the pods the ConfigMap before it can start the cluster; the Role
-        # and binding only matter once the trainer runs, so the RayCluster goes before them.
-        service_account, *late = build_rbac(d.job)
-        d.plan.apply += [service_account, build_config_map(d.job)]
+        # The pods need the ConfigMap before KubeRay can start the cluster. (Their ServiceAccount is the namespace's
+        # trainer identity, which the runtime applies before this plan when it is missing: runtime/identity.py.)
+        d.plan.apply.append(build_config_map(d.job))
     desired = build_raycluster(d.job)
     current_hash = dig(d.obs.raycluster, "metadata", "annotations", SPEC_HASH_ANNOTATION)
     d.desired_hash = desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
@@ -188,7 +185,6 @@ def ensure_children(d: Decision) -> None:
         else:
             d.plan.apply.append(desired)
             d.event("Normal", "RayClusterUpdated", "applied the changed Ray cluster spec")
-    d.plan.apply += late
     d.status.ray_cluster = desired["metadata"]["name"]
     guard_ray_pods(d, first_time)
 

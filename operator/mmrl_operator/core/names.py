@@ -48,11 +48,33 @@ def config_map_name(job_name: str) -> str:
     return f"{job_name}-trainer-config"
 
 
-TRAINER_SA_SUFFIX = "-trainer"
+TRAINER_IDENTITY = "mmrl-trainer"
+"""The trainers' identity in each namespace: the ServiceAccount every job's Ray pods, vLLM Deployment and adapter
+check run as, and the Role and RoleBinding that let it patch job status. One fixed name per namespace, so an EKS Pod
+Identity association (namespace + ServiceAccount name) can name it; the admission policy scopes each token to the
+job whose Ray pod it is bound to (codegen/trainer_status_policy.py)."""
+
+LEGACY_TRAINER_SA_SUFFIX = "-trainer"
+"""Jobs reconciled before the per-namespace identity ran as `<job>-trainer`; the status policy still holds those
+ServiceAccounts to the trainer's fields until their jobs are gone."""
+
+RAY_POD_PREFIX_MAX = 50
+"""KubeRay v1.5 cuts a Ray pod name's prefix (the cluster name for the head, `<cluster>-<group>` for workers) to 50
+characters (`utils.PodName`), so that `-worker-` and the apiserver's 5 generated characters fit 63."""
+
+GENERATED_SUFFIX_LENGTH = 5
+"""The apiserver appends 5 characters to a generateName (lowercase letters and digits)."""
 
 
-def service_account_name(job_name: str) -> str:
-    return f"{job_name}{TRAINER_SA_SUFFIX}"
+def ray_head_pod_prefix(job_name: str) -> str:
+    """The head pod's generateName as KubeRay gives it (`<cluster>-head-`); with KubeRay's deterministic head pod
+    names (ENABLE_DETERMINISTIC_HEAD_POD_NAME) the head is named this without the final dash."""
+    return f"{raycluster_name(job_name)[:RAY_POD_PREFIX_MAX]}-head-"
+
+
+def ray_worker_pod_prefix(job_name: str, group: str) -> str:
+    """A worker pod's generateName as KubeRay gives it: `<cluster>-<group>` cut to 50 characters, then `-worker-`."""
+    return f"{f'{raycluster_name(job_name)}-{group}'[:RAY_POD_PREFIX_MAX]}-worker-"
 
 
 def inference_name(job_name: str) -> str:

@@ -28,6 +28,7 @@ from mmrl_api import constants as c
 from mmrl_operator.core.builders.network_policy import NetworkPolicySettings
 from mmrl_operator.runtime import metrics
 from mmrl_operator.runtime.caches import Caches
+from mmrl_operator.runtime.identity import IdentitySettings, TrainerIdentities
 from mmrl_operator.runtime.jobstore import JobStore
 from mmrl_operator.runtime.kube import Kube, StatusConflict
 from mmrl_operator.runtime.leader import LeaderElector
@@ -68,6 +69,8 @@ class Runtime:
     warm: threading.Thread | None = None  # the warm start: it has listed (or failed) once the thread has ended
     warm_error: BaseException | None = None
     network: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)  # the chart's networkPolicy
+    identity_settings: IdentitySettings = field(default_factory=IdentitySettings)  # the chart's trainerIdentity
+    identities: TrainerIdentities = field(init=False)
 
     def __post_init__(self) -> None:
         self.caches = self.listing or Caches(self.kube, self.namespaces, wake=self.queue.add)
@@ -75,6 +78,7 @@ class Runtime:
             self.kube, self.namespaces, active=self.is_leader, jobs=self.jobs, wake_job=self.queue.add
         )
         self.caches.server_source = self.servers.servers.get
+        self.identities = TrainerIdentities(self.kube, self.namespaces, self.identity_settings, self.wake_namespace)
         # /v1/models is asked on the prober's threads; a changed answer wakes the job's pass.
         self.prober = Prober(partial(ask_models, self.kube), wake=self.queue.add, workers=self.probe_workers)
         self.kube.prober = self.prober
@@ -100,7 +104,7 @@ class Runtime:
             self.early_lists.join()  # a LIST that failed there is tried again below, where its error is raised
         while not self.stop.is_set():
             try:
-                self.caches.start(also=self.servers.informers())
+                self.caches.start(also=[*self.servers.informers(), *self.identities.informers()])
                 break
             except ApiException as err:
                 if err.status != 404:
@@ -133,12 +137,19 @@ class Runtime:
         self.prober.stop()
         self.servers.stop()
         self.caches.stop()
+        self.identities.stop()
         if self.elector:
             # A pass still running after 20 s keeps the lease to its end: a standby then waits for it to expire.
             self.elector.stop(release=finished)
 
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()
+
+    def wake_namespace(self, namespace: str) -> None:
+        """A namespace's trainer identity is not as built: one pass of any of its jobs puts it back."""
+        known = sorted(key for key in self.phases if key[0] == namespace)
+        if known:
+            self.queue.add(known[0])
 
 
 def wait_until_served(
@@ -177,6 +188,7 @@ def reconcile_key(key: Key) -> float | None:
             written=_own_write(key),
             jobs=RUNTIME.jobs,
             network=RUNTIME.network,
+            identities=RUNTIME.identities,
         )
     except StatusConflict:
         metrics.STATUS_CONFLICTS.inc()

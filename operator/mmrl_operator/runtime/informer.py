@@ -76,11 +76,13 @@ class Informer:
         on_change: OnChange | None = None,
         index: Callable[[Obj], Any] | None = None,
         timeout_seconds: int = 300,
+        field_selector: str | None = None,
     ) -> None:
         require(kind.group, kind.plural, "list", "watch")
         self.api_client, self.kind, self.keep = api_client, kind, keep
         self.namespaces: list[str | None] = list(namespaces) if namespaces and kind.namespaced else [None]
         self.label_selector, self.on_change, self.timeout_seconds = label_selector, on_change, timeout_seconds
+        self.field_selector = field_selector
         self._lock = threading.Lock()
         self._store: dict[ObjKey, Obj] = {}
         self._index_of = index
@@ -180,10 +182,11 @@ class Informer:
                     self.on_change(before.get(k), obj)
 
     # --- list and watch ----------------------------------------------------------------------------------------
+    def _selectors(self) -> dict[str, str | None]:
+        return {"labelSelector": self.label_selector, "fieldSelector": self.field_selector}
+
     def _list(self, ns: str | None) -> tuple[list[Obj], str]:
-        response = api_request(
-            self.api_client, "GET", self.kind.path(ns), {"labelSelector": self.label_selector}, timeout=60
-        )
+        response = api_request(self.api_client, "GET", self.kind.path(ns), self._selectors(), timeout=60)
         data = json.loads(response.read())
         self.lists += 1
         return [self.keep(o) for o in data.get("items") or []], str(data["metadata"]["resourceVersion"])
@@ -216,7 +219,7 @@ class Informer:
     def _watch(self, ns: str | None, rv: str) -> str | None:
         """Follow one watch until it ends; returns the version to resume from, None when a re-list is needed."""
         query = {
-            "labelSelector": self.label_selector,
+            **self._selectors(),
             "watch": "true",
             "resourceVersion": rv,
             "allowWatchBookmarks": "true",

@@ -30,7 +30,8 @@ NETWORKING = "networking.k8s.io"
 # Kubernetes' verbs on resources; a verb of these that a rule does not list is one the operator must not hold.
 ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # Server-side apply is a PATCH; the apiserver also authorizes `create` when the object does not exist yet. Every
-# child is read by name (`get`) before the first write, so an object the job does not control is never applied.
+# child is read by name (`get`) before the first write, so an object the job does not control is never applied; the
+# trainer identity (`mmrl-trainer`) is the operator's by name in every namespace, and known from its watches.
 APPLY = ("create", "patch")
 
 
@@ -56,9 +57,9 @@ PERMISSIONS: tuple[Rule, ...] = (
     Rule(
         c.GROUP,
         f"{c.PLURAL}/status",
-        ("get", "patch"),
+        ("patch",),
         "watched",
-        "status writes; `get` only so the operator may grant it to the job's trainer Role",
+        "status writes; also what the trainer Role grants (held, so no escalate)",
     ),
     Rule(
         c.GROUP,
@@ -95,16 +96,26 @@ PERMISSIONS: tuple[Rule, ...] = (
     ),
     Rule(CORE, "events", ("create",), "watched", "Events on jobs"),
     Rule(CORE, "configmaps", ("get", *APPLY), "watched", "the trainer's config"),
-    Rule(CORE, "serviceaccounts", ("get", *APPLY), "watched", "the trainer's identity"),
+    Rule(
+        CORE,
+        "serviceaccounts",
+        ("list", "watch", *APPLY),
+        "watched",
+        "each namespace's trainer identity mmrl-trainer (watched by name), with the platform's annotations",
+    ),
     Rule(
         RBAC,
         "roles",
-        ("get", *APPLY),
+        ("list", "watch", *APPLY),
         "watched",
-        "the trainer's Role: get its job, patch its status (held above, no escalate)",
+        "the trainer identity's Role (watched by name): patch job status (held above, no escalate)",
     ),
     Rule(
-        RBAC, "rolebindings", ("get", *APPLY), "watched", "binds the trainer's Role (its rules are held above, no bind)"
+        RBAC,
+        "rolebindings",
+        ("list", "watch", *APPLY),
+        "watched",
+        "binds the trainer identity's Role (watched by name; its rules are held above, no bind)",
     ),
     Rule(
         NETWORKING,

@@ -42,6 +42,7 @@ from mmrl_operator.core.shape import dig
 from mmrl_operator.core.status_input import split_status
 from mmrl_operator.runtime import metrics
 from mmrl_operator.runtime.caches import Caches
+from mmrl_operator.runtime.identity import TrainerIdentities
 from mmrl_operator.runtime.jobstore import JobStore
 from mmrl_operator.runtime.kube import ApplyRejected, JobGone, Kube
 from mmrl_operator.runtime.prober import Probe, Target
@@ -346,11 +347,13 @@ def reconcile(
     written: Callable[[dict[str, Any]], None] | None = None,
     jobs: JobStore | None = None,
     network: NetworkPolicySettings | None = None,
+    identities: TrainerIdentities | None = None,
 ) -> Plan | None:
     """Bring one job one step closer to its desired state. Returns the plan it carried out (None if gone).
     `written` receives the job as the apiserver stored it after this pass's status write. With `jobs` the job is
     read from that store (no request) unless the pass starts or stops an attempt; our write goes into it.
-    `network`: the platform's NetworkPolicy settings (the operator's MMRL_NETWORK_POLICY)."""
+    `network`: the platform's NetworkPolicy settings (the operator's MMRL_NETWORK_POLICY). With `identities` the
+    namespace's trainer identity is applied too, where it is missing or not as built."""
     started = time.perf_counter()
     calls_before = kube.thread_calls()
     now = now or datetime.now(UTC).replace(microsecond=0)
@@ -388,14 +391,21 @@ def reconcile(
     # An object under a child's name that the job does not control is never written (apply with force would take
     # it over), and neither is anything else this pass: a RayCluster must not start on a stranger's ConfigMap.
     conflicts = name_conflicts(kube, job, observed, plan.apply)
+    # The namespace's identity is no child of the job (no name conflict: it is the operator's by name), and the pods
+    # need the ServiceAccount before KubeRay creates them; its Role and binding matter once a trainer runs.
+    due = identities.due(namespace) if identities is not None else []
+    first = [o for o in due if o["kind"] == "ServiceAccount"]
+    late = [o for o in due if o["kind"] != "ServiceAccount"]
     refused = []
-    for obj in [] if conflicts else plan.apply:
+    for obj in [*first, *([] if conflicts else plan.apply), *late]:
         try:
             stored = kube.apply(obj)
         except ApplyRejected as exc:
             refused.append(str(exc))
             continue
-        if caches is not None:
+        if identities is not None and any(obj is o for o in due):
+            identities.wrote(stored)
+        elif caches is not None:
             caches.wrote(stored)  # the next pass sees our write even before the watch delivers it
     if refused or conflicts:
         # Decide again knowing the applies failed: the status then says why (Stalled: NameConflict or ApplyFailed)

@@ -52,6 +52,13 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from mmrl_operator.core.builders.network_policy import SETTINGS_ENV, NetworkPolicySettings
     from mmrl_operator.runtime import dispatch
+    from mmrl_operator.runtime.identity import IdentitySettings
+
+    try:
+        identity_settings = IdentitySettings.load(getattr(args, "trainer_identity", None))
+    except (OSError, ValueError) as err:
+        log.error("the trainer identity settings cannot be read: %s", err)
+        return 2
 
     network = NetworkPolicySettings.from_json(os.environ.get(SETTINGS_ENV))  # a bad chart value stops the start
     metrics.LEADER.set_function(lambda: 1.0 if elector is None or elector.is_leader() else 0.0)
@@ -65,6 +72,7 @@ def run_operator(args: argparse.Namespace) -> int:
         listing=caches,
         early_lists=early_lists,
         network=network,
+        identity_settings=identity_settings,
     )
     gc.freeze()  # what the imports made stays: never scanned again (`mmrl operator` started with collection off)
     gc.enable()

@@ -8,7 +8,7 @@ from typing import Any
 
 from mmrl_api.contract import ERROR_PREFIX, EXIT_BAD_INPUT
 from mmrl_operator.core.builders.adapter_check import CHECKED_SHA_ANNOTATION, build_check_pod
-from mmrl_operator.core.names import job_dir, service_account_name
+from mmrl_operator.core.names import TRAINER_IDENTITY, job_dir
 from mmrl_operator.core.observed import ServingObserved
 from mmrl_operator.core.serving import adapter_of, decide_serving
 from mmrl_operator.core.shared_serving import Candidate, candidate
@@ -35,7 +35,7 @@ def test_the_check_pod_runs_the_adapter_rules_and_digest_as_the_job_with_its_cla
     assert box["command"][box["command"].index("--adapter") + 1] == f"{job_dir(j)}/adapter"
     assert box["command"][box["command"].index("--sha256") + 1] == "ab" * 32
     assert box["image"] == j.spec.trainer.image
-    assert spec["serviceAccountName"] == service_account_name(j.name) and spec["automountServiceAccountToken"] is False
+    assert spec["serviceAccountName"] == TRAINER_IDENTITY and spec["automountServiceAccountToken"] is False
     assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] > 0
     assert all(m["readOnly"] for m in box["volumeMounts"])
     assert all(v["persistentVolumeClaim"]["readOnly"] for v in spec["volumes"])

@@ -9,9 +9,8 @@ from mmrl_api import constants as c
 from mmrl_api.trainer_config import TrainerConfig
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
-from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.builders.trainer_config import build_config_map
-from mmrl_operator.core.names import job_dir
+from mmrl_operator.core.names import TRAINER_IDENTITY, job_dir
 from tests.support.factories import job
 
 
@@ -21,20 +20,12 @@ def pods(rc: dict) -> list[dict]:
 
 def test_every_child_is_owned_and_labelled() -> None:
     j = job()
-    children = [*build_rbac(j), build_config_map(j), build_raycluster(j), build_rayjob(j, 1)]
+    children = [build_config_map(j), build_raycluster(j), build_rayjob(j, 1)]
     for obj in children:
         meta = obj["metadata"]
         assert meta["namespace"] == "team" and meta["labels"][c.LABEL_JOB] == "geo"
         (owner,) = meta["ownerReferences"]
         assert owner["kind"] == "MultimodalRLJob" and owner["uid"].startswith("0f1e2d3c") and owner["controller"]
-
-
-def test_trainer_may_patch_only_its_own_job_status() -> None:
-    _, role, binding = build_rbac(job())
-    assert all(rule["resourceNames"] == ["geo"] for rule in role["rules"])
-    status_rule = next(r for r in role["rules"] if r["resources"] == ["multimodalrljobs/status"])
-    assert status_rule["verbs"] == ["get", "patch"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "geo-trainer", "namespace": "team"}]
 
 
 def test_raycluster_places_gpu_workers_on_healthy_hyperpod_nodes() -> None:
@@ -79,7 +70,7 @@ def test_checkpoint_volume_config_and_shm_on_every_pod() -> None:
         assert "fsx-claim" in claims
         mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
         assert {"/fsx", "/etc/mmrl", "/dev/shm"} <= mounts
-        assert spec["serviceAccountName"] == "geo-trainer"
+        assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == (TRAINER_IDENTITY, True)
 
 
 def test_no_hyperpod_affinity_when_hyperpod_mode_is_off() -> None:
@@ -93,6 +84,14 @@ def test_pod_template_escape_hatch_is_a_merge_patch() -> None:
     )
     for template in pods(rc):
         assert template["spec"]["hostIPC"] is True and template["metadata"]["labels"]["team"] == "vision"
+
+
+def test_no_spec_patch_chooses_the_ray_pods_identity_or_takes_their_token() -> None:
+    patch = {"serviceAccountName": "admin", "serviceAccount": "admin", "automountServiceAccountToken": False}
+    for template in pods(build_raycluster(job({"spec": {"cluster": {"podTemplate": {"specPatch": patch}}}}))):
+        spec = template["spec"]
+        assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == (TRAINER_IDENTITY, True)
+        assert "serviceAccount" not in spec
 
 
 def test_replica_change_changes_the_spec_hash() -> None:

@@ -15,13 +15,13 @@ import mmrl_operator.runtime.handlers  # noqa: F401  (registers the kopf handler
 from mmrl_api import constants as c
 from mmrl_operator.core.builders.common import owner_reference
 from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
+from mmrl_operator.core.builders.identity import build_trainer_identity
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
-from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.builders.trainer_config import build_config_map
 from mmrl_operator.core.observed import ServingObserved
 from mmrl_operator.core.serving import children_to_remove
-from mmrl_operator.runtime import caches
+from mmrl_operator.runtime import caches, identity
 from mmrl_operator.runtime import permissions as rbac
 from tests.support.factories import job
 
@@ -63,6 +63,7 @@ def test_every_resource_the_operator_watches_is_declared_for_list_and_watch() ->
     watched = {(s.group, s.any_name) for s in selectors}
     assert (c.GROUP, c.PLURAL) in watched
     informed = {(k.group, k.plural) for k in (caches.NODES, *(kind for kind, _ in caches.KINDS.values()))}
+    informed |= {(k.group, k.plural) for k in identity.KINDS.values()}  # each namespace's mmrl-trainer, by name
     children = {("", "pods"), (c.RAY_GROUP, "rayjobs"), (c.RAY_GROUP, "rayclusters"), ("apps", "deployments")}
     assert {("", "nodes"), ("", "services"), *children} <= informed
     for group, resource in watched | informed:
@@ -71,8 +72,11 @@ def test_every_resource_the_operator_watches_is_declared_for_list_and_watch() ->
 
 def test_every_object_the_operator_applies_is_declared_for_create_and_patch() -> None:
     j = job()
+    identity = build_trainer_identity(j.namespace, {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"})
+    for obj in identity:  # the operator's by name and watched: never read one by one
+        rbac.require(group_of(obj["apiVersion"]), plural(obj["kind"]), *rbac.APPLY)
     policy = build_network_policy(j, NetworkPolicySettings())
-    for obj in [*build_rbac(j), build_config_map(j), build_raycluster(j), build_rayjob(j, 1), policy]:
+    for obj in [build_config_map(j), build_raycluster(j), build_rayjob(j, 1), policy]:
         assert obj is not None
         # A child's name is read before its first write (NameConflict), so `get` too.
         rbac.require(group_of(obj["apiVersion"]), plural(obj["kind"]), "get", *rbac.APPLY)
@@ -124,7 +128,7 @@ def test_every_api_call_in_the_module_checks_the_table_first(module: str) -> Non
 def test_the_operator_holds_every_permission_it_grants_a_trainer() -> None:
     """RBAC lets a subject create a Role only with permissions it holds itself (or `escalate`, which the table never
     grants): the trainer's Role must fit inside the operator's namespaced rules."""
-    (role,) = [o for o in build_rbac(job()) if o["kind"] == "Role"]
+    (role,) = [o for o in build_trainer_identity("team", {}) if o["kind"] == "Role"]
     watched = {(r.group, r.resource): set(r.verbs) for r in rbac.rules_for("watched")}
     for rule in role["rules"]:
         for group in rule["apiGroups"]:

@@ -10,7 +10,7 @@ from mmrl_operator.core.decide import Plan, decide, ts
 from mmrl_operator.core.observed import Observed, PodInfo
 from tests.support.factories import T0, job, node, raycluster, rayjob, verdicts
 
-STATIC = ["ServiceAccount/geo-trainer", "Role/geo-trainer", "RoleBinding/geo-trainer", "ConfigMap/geo-trainer-config"]
+STATIC = ["ConfigMap/geo-trainer-config"]  # the trainer identity is the namespace's (runtime/identity.py), not here
 
 
 def kinds(plan: Plan) -> list[str]:
@@ -39,12 +39,12 @@ def ready_cluster(j) -> dict:
     return raycluster(ready=True, spec_hash=build_raycluster(j)["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
 
 
-def test_new_job_creates_rbac_config_and_cluster_but_no_rayjob_until_ready() -> None:
+def test_new_job_creates_config_and_cluster_but_no_rayjob_until_ready() -> None:
     j = job()
     plan = decide(j, 1, Observed(), T0)
-    # The RayCluster goes right after what its pods need (ServiceAccount, ConfigMap, the NetworkPolicy that guards
-    # them from their first moment), before the trainer's RBAC.
-    assert kinds(plan) == [STATIC[0], STATIC[3], "NetworkPolicy/geo-ray", "RayCluster/geo", STATIC[1], STATIC[2]]
+    # The RayCluster goes right after what its pods need (the ConfigMap, the NetworkPolicy that guards them from their
+    # first moment); no RBAC object of its own (the trainer identity is the namespace's).
+    assert kinds(plan) == [*STATIC, "NetworkPolicy/geo-ray", "RayCluster/geo"]
     assert plan.status["phase"] == "Provisioning" and plan.status["observedGeneration"] == 1
     assert cond(plan, "Reconciling") == "True" and cond(plan, "Ready") == "False"
     assert plan.status["jobDir"] == "/fsx/mmrl/team/geo-0f1e2d3c"
@@ -389,7 +389,7 @@ def test_static_children_are_applied_again_after_a_pass_whose_applies_were_refus
     applies them again instead of running attempt 1 without it, and once written they are left alone."""
     j = job()
     first = decide(j, 1, Observed(), T0)
-    refused = "RoleBinding geo-trainer was refused (403): forbidden"
+    refused = "ConfigMap geo-trainer-config was refused (403): forbidden"
     j = advance(j, decide(j, 1, Observed(apply_error=refused), T0))
     again = decide(j, 1, Observed(raycluster=ready_cluster(j)), T0)
     static = [o for o in first.apply if o["kind"] != "RayCluster"]

@@ -16,15 +16,11 @@ from mmrl_operator.core.builders.inference import build_deployment, build_servic
 from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
-from mmrl_operator.core.builders.rbac import build_rbac
 from mmrl_operator.core.builders.trainer_config import build_config_map
 from tests.support.corpus import EXAMPLES
 
 EVERY_CHILD = {
-    ("v1", "ServiceAccount"),
     ("v1", "ConfigMap"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     (c.RAY_API_VERSION, "RayCluster"),
     (c.RAY_API_VERSION, "RayJob"),
@@ -60,7 +56,6 @@ def test_render_is_what_the_builders_make_for_the_submitted_job(example: str) ->
     assert job is not None
     submitted = as_submitted(job, "team-a")
     expected = [
-        *build_rbac(submitted),
         build_config_map(submitted),
         build_network_policy(submitted, NetworkPolicySettings()),
         build_raycluster(submitted),

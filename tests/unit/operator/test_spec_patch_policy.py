@@ -30,7 +30,8 @@ def test_every_rule_names_its_field_under_the_spec_patch() -> None:
     fields = {v["message"].split(":")[0] for v in policy["spec"]["validations"]}
     under = "spec.cluster.podTemplate.specPatch."
     assert all(f.startswith(under) for f in fields)
-    expected = {"serviceAccountName", "serviceAccount", "hostNetwork", "hostPID", "hostIPC", "volumes[].hostPath"}
+    expected = {"serviceAccountName", "serviceAccount", "automountServiceAccountToken", "volumes[].hostPath"}
+    expected |= {"hostNetwork", "hostPID", "hostIPC"}
     expected.add("tolerations[]")  # of HyperPod's node-health-status taint
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         expected |= {f"{kind}[].securityContext.privileged", f"{kind}[].securityContext.capabilities.add"}

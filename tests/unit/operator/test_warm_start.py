@@ -50,10 +50,18 @@ class Servers:
         return ["modelservers", "server deployments"]
 
 
+class Identities:
+    """The namespaces' trainer identities: their watches are listed with the caches' too."""
+
+    def informers(self) -> list[str]:
+        return ["trainer serviceaccounts"]
+
+
 def runtime(caches: Caches) -> dispatch.Runtime:
     made = object.__new__(dispatch.Runtime)
     made.kube, made.queue, made.caches, made.elector = Kube(), Queue(), caches, None  # type: ignore[assignment]
     made.servers = Servers()  # type: ignore[assignment]
+    made.identities = Identities()  # type: ignore[assignment]
     made.stop = threading.Event()
     return made
 
@@ -63,7 +71,8 @@ def test_the_lists_come_first_and_the_queue_runs_once_they_are_done() -> None:
     started.warm_start()
     assert started.caches.starts == 1  # type: ignore[attr-defined]
     assert started.kube.asked == []  # type: ignore[attr-defined]  # no discovery round trip on the way
-    assert started.caches.also == ["modelservers", "server deployments"]  # type: ignore[attr-defined]  # in one go
+    also = ["modelservers", "server deployments", "trainer serviceaccounts"]
+    assert started.caches.also == also  # type: ignore[attr-defined]  # in one go
     assert started.queue.started and started.servers.queue.started  # type: ignore[attr-defined]
 
 

@@ -29,9 +29,9 @@ from mmrl_api.context_budget import spec_max_model_len
 from mmrl_api.image_budget import image_budget
 from mmrl_operator.core.builders.common import child_metadata, stamped
 from mmrl_operator.core.builders.pod_security import locked_container, root_image_pod
-from mmrl_operator.core.builders.raycluster import affinity
+from mmrl_operator.core.builders.raycluster import affinity, trainer_identity
 from mmrl_operator.core.builders.volumes import build_mounts, local_path
-from mmrl_operator.core.names import inference_name, job_dir, service_account_name
+from mmrl_operator.core.names import inference_name, job_dir
 
 PORT = 8000
 COMPONENT = "inference"
@@ -240,16 +240,12 @@ def vllm_security() -> dict[str, Any]:
 
 def job_pod_basics(job: MultimodalRLJob, gpu_count: int) -> dict[str, Any]:
     """Identity and placement of a pod the operator runs for a trained job (its vLLM server, its adapter check):
-    the trainer's ServiceAccount, whose IRSA / pod identity reads the adapter and model from S3, without the
+    the namespace's trainer identity, whose IRSA / Pod Identity role reads the adapter and model from S3, without the
     Kubernetes API token (neither calls the API); the training pods' tolerations, HyperPod health affinity and pull
     secrets; `inference.nodeSelector`; the securityContext that holds for vLLM's root image (each container adds
     its own, see pod_security)."""
     spec, inf = job.spec, job.spec.inference
-    pod: dict[str, Any] = {
-        "serviceAccountName": service_account_name(job.name),
-        "automountServiceAccountToken": False,
-        "securityContext": root_image_pod(),
-    }
+    pod: dict[str, Any] = {**trainer_identity(token=False), "securityContext": root_image_pod()}
     tolerations = [t.wire() for t in spec.cluster.tolerations]
     if gpu_count:
         tolerations.append({"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})

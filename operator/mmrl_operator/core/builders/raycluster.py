@@ -21,7 +21,7 @@ from mmrl_operator.core.builders.efa import efa_env
 from mmrl_operator.core.builders.pod_security import locked_container, non_root_pod
 from mmrl_operator.core.builders.volumes import CONFIG_FILE, build_mounts
 from mmrl_operator.core.jsonmerge import merge_patch
-from mmrl_operator.core.names import hf_cache_dir, job_dir, kueue_labels, raycluster_name, service_account_name
+from mmrl_operator.core.names import TRAINER_IDENTITY, hf_cache_dir, job_dir, kueue_labels, raycluster_name
 from mmrl_operator.core.observed import AVOIDED_NODES_ANNOTATION
 
 SPEC_HASH_LABEL = SPEC_HASH_ANNOTATION
@@ -97,7 +97,6 @@ def _pod_template(
         **kueue_labels(job),
     }
     pod: dict[str, Any] = {
-        "serviceAccountName": service_account_name(job.name),
         "containers": [
             {
                 "name": container,
@@ -132,10 +131,19 @@ def _pod_template(
         pod["schedulerName"] = overrides.scheduler_name
     if overrides.spec_patch:
         pod = merge_patch(pod, overrides.spec_patch)
+    pod.update(trainer_identity(token=True))  # last: no specPatch chooses the pods' identity
+    pod.pop("serviceAccount", None)  # the deprecated alias of serviceAccountName
     metadata: dict[str, Any] = {"labels": labels}
     if overrides.annotations:
         metadata["annotations"] = dict(overrides.annotations)
     return {"metadata": metadata, "spec": pod}
+
+
+def trainer_identity(*, token: bool) -> dict[str, Any]:
+    """The pod fields that make a pod run as the namespace's trainer identity. The Ray pods mount its API token (the
+    trainer patches its job's status with it); the pods that only read S3 through the identity's IAM role (vLLM, the
+    adapter check) do not."""
+    return {"serviceAccountName": TRAINER_IDENTITY, "automountServiceAccountToken": token}
 
 
 def _worker_resources(group: WorkerGroup) -> dict[str, Any]:
