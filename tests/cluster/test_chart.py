@@ -22,7 +22,9 @@ from mmrl_operator.codegen import chart
 from mmrl_operator.codegen.crd import JOB, KINDS, SERVER, KindSpec, build_crd
 from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
 from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
+from mmrl_operator.core.builders.identity import build_trainer_identity
 from mmrl_operator.runtime import permissions as rbac
+from mmrl_operator.runtime.identity import IdentitySettings
 from tests.cluster.test_model_server import server_doc
 from tests.support.chart import (
     CHART,
@@ -106,6 +108,39 @@ def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: 
     (service,) = of_kind(objects, "Service")
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     assert not of_kind(objects, "ServiceMonitor")
+
+
+def test_trainer_identity_values_reach_the_operator_and_a_change_rolls_it(helm: Helm) -> None:
+    arn = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/mmrl-trainer"}
+    vision = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/vision"}
+    values = {"trainerIdentity": {"annotations": arn, "namespaces": {"team-b": {"annotations": vision}}}}
+
+    def rendered(chosen: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        objects = helm.template("mmrl", "mmrl-system", chosen)
+        (deployment,) = of_kind(objects, "Deployment")
+        (config,) = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-trainer-identity")]
+        return deployment, config
+
+    deployment, config = rendered(values)
+    # The operator reads the mounted file its flag names, and builds each namespace's mmrl-trainer from it.
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (flag,) = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--trainer-identity=")]
+    (mount,) = [m for m in container["volumeMounts"] if flag.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == config["metadata"]["name"]
+    settings = IdentitySettings.parse(json.loads(config["data"][flag.rsplit("/", 1)[1]]))
+    for namespace, want in (("team-a", arn), ("team-b", vision)):
+        (account,) = of_kind(build_trainer_identity(namespace, settings.annotations_for(namespace)), "ServiceAccount")
+        assert want.items() <= account["metadata"]["annotations"].items()
+    # New values, new checksum on the pod template: `helm upgrade` restarts the operator, which reads them at start.
+    checksum = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/trainer-identity"]
+    other = rendered({"trainerIdentity": {"annotations": vision}})[0]["spec"]["template"]["metadata"]["annotations"]
+    assert other["checksum/trainer-identity"] != checksum
+    # No job-level value selects an identity; the values take annotations and namespaces only.
+    wrong = {"trainerIdentity": {"serviceAccountName": "admin"}}
+    result = helm.run("template", "x", CHART, "-f", helm.values_file(wrong), check=False)
+    assert result.returncode != 0 and "serviceAccountName" in result.stderr
 
 
 def test_crds_are_installed_and_kept_by_default_and_both_can_be_switched_off(helm: Helm) -> None:

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_operator.core.names import TRAINER_IDENTITY
 from tests.support.jobspecs import MULTI_NODE, cluster_job
 from tests.support.operator import phases_until_done, wait_until
 
@@ -32,9 +33,14 @@ def test_job_creates_every_child_with_the_expected_fields(jobs, operator, kubera
     assert rj["spec"]["clusterSelector"] == {c.RAY_CLUSTER_LABEL: "geo"} and rj["spec"]["backoffLimit"] == 0
     cm = core.read_namespaced_config_map("geo-trainer-config", ns)
     assert '"name": "geo"' in cm.data["trainer.json"]
-    role = client.RbacAuthorizationV1Api(api_client).read_namespaced_role("geo-trainer", ns)
-    assert all(rule.resource_names == ["geo"] for rule in role.rules)
-    assert core.read_namespaced_service_account("geo-trainer", ns).metadata.labels[c.LABEL_JOB] == "geo"
+    # The pods run as the namespace's trainer identity, which no job owns and which may only patch job status.
+    role = client.RbacAuthorizationV1Api(api_client).read_namespaced_role(TRAINER_IDENTITY, ns)
+    assert [(r.resources, r.verbs, r.resource_names) for r in role.rules] == [
+        (["multimodalrljobs/status"], ["patch"], None)
+    ]
+    account = core.read_namespaced_service_account(TRAINER_IDENTITY, ns)
+    assert account.metadata.owner_references is None and c.LABEL_JOB not in account.metadata.labels
+    assert rc["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"] == TRAINER_IDENTITY
     # Pods really scheduled onto HyperPod GPU nodes that satisfy the affinity.
     pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_JOB}=geo,{c.LABEL_COMPONENT}=ray-worker").items
     assert pods and all(p.spec.node_name in nodes_ready for p in pods)

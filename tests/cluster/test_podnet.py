@@ -26,8 +26,8 @@ from mmrl_local.cluster.crd_install import install_mmrl_crd
 from mmrl_local.common import procs
 from mmrl_local.network import podnet
 from mmrl_local.node import podrun
-from mmrl_operator.core.builders.rbac import build_rbac
-from mmrl_operator.core.names import service_account_name
+from mmrl_operator.core.builders.identity import build_trainer_identity
+from mmrl_operator.core.names import TRAINER_IDENTITY, ray_head_pod_prefix
 from tests.support.jobspecs import cluster_job
 from tests.support.polling import wait_until
 
@@ -162,11 +162,12 @@ def test_a_pod_patches_its_job_status_from_its_namespace_with_its_own_token(
         custom.create_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, body)
     )
     dyn = DynamicClient(api_client)
-    for obj in build_rbac(job):  # what the operator grants the trainer: patch this job's status, nothing else
+    for obj in build_trainer_identity(namespace, {}):  # what the operator grants trainers: patch job status, no more
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace, field_manager="test")
     node = hyperpod_nodes.cpu()
-    pod = running(core, namespace, plain_pod("trainer", node, service_account_name(job.name)))
+    # Named as KubeRay names the job's head: the status policy accepts only the job's own Ray pods' tokens.
+    pod = running(core, namespace, plain_pod(f"{ray_head_pod_prefix(job.name)}b2c4d", node, TRAINER_IDENTITY))
     box = pod_network.sandbox(pod)
     view = podrun.PodMaterialiser(api_client, tmp_path / "pod").view(pod)  # the projected token, CA, namespace
     assert view.env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"  # this machine's view, replaced for the namespace

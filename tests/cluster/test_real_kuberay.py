@@ -17,6 +17,12 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_local.cluster import storage
+from tests.cluster.test_trainer_status_policy import (
+    LONG_GROUP,
+    LONG_JOB,
+    assert_every_ray_pod_may_report,
+    long_named_job,
+)
 from tests.support.corpus import example
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
@@ -130,3 +136,12 @@ def test_kuberay_submits_our_rayjob_but_cannot_reach_a_ray_dashboard_under_kwok(
     status = wait_until(lambda: (s := jobs.status("dash")).get("phase") == "Failed" and s, 30, what="job Failed")
     (attempt,) = status["attempts"]
     assert attempt["result"] == "Failed" and "JobDeploymentStatusTransitionGracePeriodExceeded" in attempt["message"]
+
+
+def test_the_pods_kuberay_makes_have_names_the_trainer_status_policy_accepts_for_their_job(
+    jobs, operator, real_kuberay, nodes_ready, api_client
+):
+    """The policy matches KubeRay v1.5's pod names (`utils.PodName`): `<job>-head-xxxxx` and, for the longest job and
+    group names, `<job>-<group>` cut to 50 characters, then `-worker-xxxxx`."""
+    jobs.create(long_named_job())
+    assert_every_ray_pod_may_report(api_client, jobs.ns, LONG_JOB, [LONG_GROUP])

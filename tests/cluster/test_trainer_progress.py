@@ -1,5 +1,6 @@
-"""The trainer's progress reaches a real MultimodalRLJob's status through the job's own ServiceAccount, and only
-that job's: RBAC (resourceNames) refuses a patch of a sibling job, and the refusal does not fail training."""
+"""The trainer's progress reaches a real MultimodalRLJob's status as the namespace's trainer identity, from a token
+bound to one of the job's Ray pods, and only that job's: the trainer status policy refuses a patch of a sibling job,
+and the refusal does not fail training."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from kubernetes.dynamic import DynamicClient
 from mmrl_api import MultimodalRLJob
 from mmrl_api import constants as c
 from mmrl_local.cluster.crd_install import install_mmrl_crd
-from mmrl_operator.core.builders.rbac import build_rbac
-from mmrl_operator.core.names import service_account_name
+from mmrl_operator.core.builders.identity import build_trainer_identity
+from mmrl_operator.core.names import TRAINER_IDENTITY, ray_head_pod_prefix
 from mmrl_trainer.checkpoint import Checkpoint
 from mmrl_trainer.progress import ProgressReporter, kube_patcher
 from tests.support.jobspecs import cluster_job
@@ -37,13 +38,23 @@ def jobs(api_client: client.ApiClient, custom: client.CustomObjectsApi, namespac
 
 
 def trainer_kubeconfig(api_client: client.ApiClient, core: client.CoreV1Api, job: MultimodalRLJob, path: Path):
-    """What the trainer pod sees: the job's ServiceAccount token (granted by the operator's RBAC builder)."""
+    """What the trainer in the job's Ray head sees: the namespace's trainer identity (as the operator builds it), with
+    a token bound to a pod named as KubeRay names the head (never scheduled: a token needs the pod, not a node)."""
     dyn = DynamicClient(api_client)
-    for obj in build_rbac(job):
+    for obj in build_trainer_identity(job.namespace, {}):
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=job.namespace, field_manager="test")
+    spec = {
+        "serviceAccountName": TRAINER_IDENTITY,
+        "schedulerName": "none",
+        "containers": [{"name": "c", "image": "x"}],
+    }
+    head = core.create_namespaced_pod(
+        job.namespace, {"metadata": {"name": f"{ray_head_pod_prefix(job.name)}b2c4d"}, "spec": spec}
+    )
+    bound = {"apiVersion": "v1", "kind": "Pod", "name": head.metadata.name, "uid": head.metadata.uid}
     token = core.create_namespaced_service_account_token(
-        service_account_name(job.name), job.namespace, {"spec": {"expirationSeconds": 600}}
+        TRAINER_IDENTITY, job.namespace, {"spec": {"expirationSeconds": 600, "boundObjectRef": bound}}
     ).status.token
     cfg = api_client.configuration
     path.write_text(

@@ -164,6 +164,46 @@ def test_a_job_from_before_the_namespace_identity_keeps_its_trainer_to_the_train
     assert refused is not None and "status.phase belongs to the operator" in refused.body
 
 
+# --- the names KubeRay gives the pods ------------------------------------------------------------------------------
+
+LONG_JOB = "kuberay-names-" + "x" * 26  # 40 characters, the most a job name may have
+LONG_GROUP = "g" * 20  # the longest group name: `<job>-<group>` is 61 characters, which KubeRay cuts to 50
+
+
+def long_named_job() -> dict:
+    return cluster_job(LONG_JOB, {"spec": {"cluster": {"workerGroups": [{"name": LONG_GROUP}]}}})
+
+
+def assert_every_ray_pod_may_report(api: client.ApiClient, namespace: str, job: str, groups: list[str]) -> None:
+    """Every pod KubeRay (or its stand-in) made for the job's RayCluster runs as the trainer identity, has a name the
+    policy accepts for the job, and a token bound to it may patch the job's progress on the live apiserver."""
+    trainers = Trainers(api, namespace)
+    selector = f"{c.RAY_CLUSTER_LABEL}={job}"
+    pods = wait_until(
+        lambda: (
+            (found := trainers.core.list_namespaced_pod(namespace, label_selector=selector).items)
+            and {p.metadata.labels.get("ray.io/node-type") for p in found} == {"head", "worker"}
+            and found
+        ),
+        120,
+        what="the head and worker pods",
+    )
+    for n, pod in enumerate(pods, start=1):
+        assert pod.spec.service_account_name == TRAINER_IDENTITY, pod.metadata.name
+        assert ray_pod_of_job(pod.metadata.name, job, groups), pod.metadata.name
+        assert trainers.patch(trainers.token(pod), job, {"progress": {"step": n, "attempt": 1}}) is None
+        assert trainers.progress(job)["step"] == n
+
+
+def test_the_kuberay_stand_in_names_pods_as_kuberay_and_their_tokens_may_report(
+    jobs, operator, kuberay, nodes_ready, api_client
+) -> None:
+    # tests/cluster/test_real_kuberay.py checks the same of the real KubeRay.
+    kuberay.script(f"{LONG_JOB}-a*", "hang")
+    jobs.create(long_named_job())
+    assert_every_ray_pod_may_report(api_client, jobs.ns, LONG_JOB, [LONG_GROUP])
+
+
 # --- the policy's CEL against ray_pod_of_job ---------------------------------------------------------------------
 
 

@@ -14,8 +14,8 @@ import pytest
 import mmrl_operator.runtime.handlers  # noqa: F401  (registers the kopf handlers)
 from mmrl_api import constants as c
 from mmrl_operator.core.builders.common import owner_reference
-from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.identity import build_trainer_identity
+from mmrl_operator.core.builders.network_policy import NetworkPolicySettings, build_network_policy
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
 from mmrl_operator.core.builders.trainer_config import build_config_map
