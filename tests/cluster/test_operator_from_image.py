@@ -21,6 +21,7 @@ from mmrl_local.addons import operator_release
 from mmrl_local.cluster import nodes
 from mmrl_local.node.kubelet import Kubelet
 from mmrl_local.toolchain import images_build
+from mmrl_operator.core.names import TRAINER_IDENTITY
 from tests.support.audit import requests_by
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import wait_until
@@ -31,6 +32,8 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
+ARN = "eks.amazonaws.com/role-arn"
+IRSA = {ARN: "arn:aws:iam::111122223333:role/mmrl-trainer"}
 LEASE_SECONDS = 15  # leader.py: a standby takes a lease over this long after its last renewal
 FAILOVER_BOUND = LEASE_SECONDS + 15  # the lease, one poll and one pass, on a busy host
 
@@ -76,7 +79,9 @@ def test_helm_installs_the_operator_from_its_image_and_a_standby_pod_takes_over_
 ) -> None:
     core.patch_namespace(audited_namespace, {"metadata": {"labels": operator_release.RESTRICTED}})
     release = operator_release.Release(cluster_helm, audited_namespace, f"op-{secrets.token_hex(3)}")
-    values = operator_release.values(operator_image, watch=[jobs.ns], replicas=2, cluster_objects=False)
+    values = operator_release.values(
+        operator_image, watch=[jobs.ns], replicas=2, cluster_objects=False, trainer_annotations=IRSA
+    )
     with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
         hyperpod_nodes.names.append(nodes.create_dedicated_node(core, operator_release.ROLE))
         release.install(values)
@@ -104,6 +109,20 @@ def test_helm_installs_the_operator_from_its_image_and_a_standby_pod_takes_over_
             assert ("rayclusters", "geo") in created, sorted(created)
             # The chart's networkPolicy value reached it: the job's NetworkPolicy, under the chart's RBAC.
             assert ("networkpolicies", "geo-ray") in created, sorted(created)
+            # The chart's trainerIdentity values reached the operator through the ConfigMap its pod mounts: the
+            # namespace's trainer identity carries the IRSA role, and an edit of it is put back.
+            account = core.read_namespaced_service_account(TRAINER_IDENTITY, jobs.ns)
+            assert IRSA.items() <= (account.metadata.annotations or {}).items()
+            theirs = {"metadata": {"annotations": {ARN: "arn:aws:iam::999999999999:role/theirs"}}}
+            core.patch_namespaced_service_account(TRAINER_IDENTITY, jobs.ns, theirs)
+            wait_until(
+                lambda: (
+                    core.read_namespaced_service_account(TRAINER_IDENTITY, jobs.ns).metadata.annotations[ARN]
+                    == IRSA[ARN]
+                ),
+                30,
+                what="the operator to put the role ARN back",
+            )
 
             # The leader crashes as on a lost node: its container's PID 1 (and with it the container's whole PID
             # namespace) is SIGKILLed and its pod force-deleted. Nothing releases the Lease: the standby must wait

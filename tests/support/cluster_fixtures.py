@@ -342,7 +342,10 @@ def operator_pods(
     core.patch_namespace(audited_namespace, {"metadata": {"labels": operator_release.RESTRICTED}})
     hyperpod_nodes.names.append(nodes.create_dedicated_node(core, operator_release.ROLE))
     release = operator_release.Release(cluster_helm, audited_namespace, f"op-{secrets.token_hex(3)}")
-    release.install(operator_release.values(image, watch=[namespace], replicas=2, cluster_objects=False))
+    irsa = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/mmrl-trainer"}  # as on EKS; inert here
+    release.install(
+        operator_release.values(image, watch=[namespace], replicas=2, cluster_objects=False, trainer_annotations=irsa)
+    )
     try:
         release.wait_ready(core, 2)
         yield release

@@ -36,10 +36,12 @@ def values(
     watch: list[str] | None = None,
     replicas: int = 1,
     cluster_objects: bool = True,
+    trainer_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Chart values for the built image on the dedicated node. ``cluster_objects`` False leaves the CRD and the
     trainer-status policy out (a cluster that has them already, as the test session does). Each job's
-    NetworkPolicy admits the in-cluster KubeRay (``kuberay_incluster``) from its namespace."""
+    NetworkPolicy admits the in-cluster KubeRay (``kuberay_incluster``) from its namespace. ``trainer_annotations``
+    go on every namespace's mmrl-trainer ServiceAccount (the chart's trainerIdentity.annotations)."""
     repository, tag = image.image.rsplit(":", 1)
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
@@ -50,6 +52,7 @@ def values(
         "networkPolicy": {"kuberay": {"namespace": kuberay_incluster.NAMESPACE}},
         "nodeSelector": {nodes.DEDICATED_LABEL: ROLE},
         "tolerations": [{**nodes.dedicated_taint(ROLE), "operator": "Equal"}],
+        "trainerIdentity": {"annotations": dict(trainer_annotations or {}), "namespaces": {}},
     }
 
 
