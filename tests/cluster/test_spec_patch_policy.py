@@ -26,6 +26,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"serviceAccountName": "deployer"}, "serviceAccountName"),
     ({"serviceAccountName": None}, "serviceAccountName"),  # merge-patch null: the namespace's default account
     ({"serviceAccount": "deployer"}, "serviceAccount"),
+    ({"automountServiceAccountToken": False}, "automountServiceAccountToken"),  # the trainer reports with it
     ({"hostNetwork": True}, "hostNetwork"),
     ({"hostPID": True}, "hostPID"),
     ({"hostIPC": True}, "hostIPC"),
@@ -49,7 +50,6 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
 ]
 CLEAN: dict[str, Any] = {
     "terminationGracePeriodSeconds": 60,
-    "automountServiceAccountToken": True,
     "hostNetwork": False,
     "volumes": [{"name": "scratch", "emptyDir": {}}],
     "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
