@@ -147,7 +147,7 @@ class Runtime:
 
     def wake_namespace(self, namespace: str) -> None:
         """A namespace's trainer identity is not as built: one pass of any of its jobs puts it back."""
-        known = sorted(key for key in self.phases if key[0] == namespace)
+        known = sorted(key for key in list(self.phases) if key[0] == namespace)  # a copy: passes change it
         if known:
             self.queue.add(known[0])
 
