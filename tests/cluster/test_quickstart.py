@@ -7,6 +7,7 @@ registry or GPUs is not run here (the page says which blocks, and why)."""
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_operator.codegen.chart import CHART_DIR
+from mmrl_operator.core.builders.identity import build_trainer_identity
+from mmrl_operator.core.names import TRAINER_IDENTITY
+from mmrl_operator.runtime.identity import IdentitySettings
 from tests.support import quickstart as qs
 from tests.support import runbook
 from tests.support.chart import remove_cluster_objects, restore_cluster_objects
@@ -108,13 +111,7 @@ def test_the_quickstarts_cluster_steps_run_on_the_local_control_plane(page, api_
 
 # The chart's trainerIdentity values come with branch `identity` (issue #48 item 2): until its schema has them, helm
 # refuses the page's step, and this test is expected to fail; once it has them, the test must pass.
-IDENTITY_IN_CHART = "trainerIdentity" in (CHART_DIR / "values.schema.json").read_text()
-
-
-@pytest.mark.xfail(
-    not IDENTITY_IN_CHART, strict=True, reason="the chart has no trainerIdentity values yet (branch identity)"
-)
-def test_the_trainer_identity_step_puts_the_role_on_the_namespaces_trainer_account(page, tmp_path: Path) -> None:
+def test_the_trainer_identity_step_puts_the_role_on_the_namespaces_trainer_account(page, core, tmp_path: Path) -> None:
     work, env = page
     runbook.ran(runbook.block("namespace"), work, env)
     runbook.ran(runbook.block("install"), work, env)
@@ -122,6 +119,20 @@ def test_the_trainer_identity_step_puts_the_role_on_the_namespaces_trainer_accou
     helm = runbook.Block("sh", f"helm get values {RELEASE} -n {RELEASE_NAMESPACE} -o yaml\n", 0)
     values = yaml.safe_load(runbook.ran(helm, work, env))
     annotations = values["trainerIdentity"]["namespaces"][qs.NAMESPACE]["annotations"]
-    assert annotations == {
-        "eks.amazonaws.com/role-arn": f"arn:aws:iam::{qs.STEP_1['ACCOUNT']}:role/mmrl-trainer-research"
-    }
+    role = {"eks.amazonaws.com/role-arn": f"arn:aws:iam::{qs.STEP_1['ACCOUNT']}:role/mmrl-trainer-research"}
+    assert annotations == role
+    # What the operator reads of it (the ConfigMap its pod mounts) puts the role on the namespace's mmrl-trainer.
+    (config,) = [
+        cm
+        for cm in core.list_namespaced_config_map(RELEASE_NAMESPACE).items
+        if cm.metadata.name.endswith("trainer-identity")
+    ]
+    (text,) = config.data.values()
+    settings = IdentitySettings.parse(json.loads(text))
+    (account,) = [
+        o
+        for o in build_trainer_identity(qs.NAMESPACE, settings.annotations_for(qs.NAMESPACE))
+        if o["kind"] == "ServiceAccount"
+    ]
+    assert account["metadata"]["name"] == TRAINER_IDENTITY
+    assert role.items() <= account["metadata"]["annotations"].items()
