@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_api.spec_patch_rules import violations
 from mmrl_operator.core.jsonmerge import merge_patch
 from tests.support import polling
 from tests.support.chart import CHART, Helm
@@ -104,7 +105,11 @@ def test_spec_patch_policy_refuses_each_power_names_the_field_and_is_off_by_valu
             assert refused is not None, f"{spec_patch} was admitted"
             status, message = refused
             assert status == 403 and f"{PATCH}.{field}:" in message, (spec_patch, message)
+            # `mmrl validate` judges it from the same rules: the same field, the same words as the apiserver's.
+            (said,) = violations(job(f"bad-{n}", spec_patch))
+            assert said == (f"{PATCH}.{field}", said[1]) and said[1] in message, (said, message)
         assert refusal(api, namespace, job("clean", CLEAN)) is None
+        assert violations(job("clean", CLEAN)) == []
 
         # The job from before the policy: unchanged specPatch, so its metadata still changes (the operator's
         # finalizers, a user's labels); a changed specPatch is judged like a new one.

@@ -1,11 +1,11 @@
 """`mmrl` command line: validate and render job files offline, inspect a job on the cluster, run the operator.
 
-`mmrl validate` accepts exactly what the apiserver and the operator together accept (validate.py). It reads like
-kubectl: every command but `operator` takes `-n/--namespace`, `--kubeconfig` and `--context` from one
-parent parser; files come with `-f FILE|DIR|-`; data comes out with `-o yaml|json`. Errors go through one handler
-(errors.py): a user's mistake is one line on stderr and a non-zero exit status, never a traceback. Commands import
-what they need (the Kubernetes client, YAML, the API's models) only when they run, so `mmrl operator` starts without
-what it does not use (issue #32).
+`mmrl validate` accepts exactly what the apiserver (with the chart's admission policies) and the operator together
+accept (validate.py). It reads like kubectl: every command but `operator` takes `-n/--namespace`, `--kubeconfig` and
+`--context` from one parent parser; files come with `-f FILE|DIR|-`; data comes out with `-o yaml|json`. Errors go
+through one handler (errors.py): a user's mistake is one line on stderr and a non-zero exit status, never a
+traceback. Commands import what they need (the Kubernetes client, YAML, the API's models) only when they run, so
+`mmrl operator` starts without what it does not use (issue #32).
 """
 
 from __future__ import annotations
@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         + offline,
     )
     _files(v, "the manifests to validate")
+    v.add_argument(
+        "--spec-patch-policy",
+        choices=("on", "off"),
+        default="on",
+        help="judge specPatches as the chart's admission policy does (on: the chart's default; off: for a platform "
+        "that turned specPatchPolicy.enabled off)",
+    )
     r = sub.add_parser(
         "render",
         parents=shared,
@@ -162,7 +169,8 @@ def _offline(args: argparse.Namespace) -> tuple[str | None, str]:
 
 def _validate(args: argparse.Namespace) -> int:
     namespace, fallback = _offline(args)
-    return validate_files(_sources(args), namespace=namespace, fallback=fallback)
+    policy = args.spec_patch_policy == "on"
+    return validate_files(_sources(args), namespace=namespace, fallback=fallback, spec_patch_policy=policy)
 
 
 def _render(args: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
 """`mmrl validate`: check MultimodalRLJob and ModelServer files offline, with the models the CRD is generated from.
 
-It refuses what the apiserver refuses (the error paths match what `kubectl apply` would print), and also a job whose
-GPU memory plan does not fit, which the apiserver cannot compute and the operator refuses before creating anything:
-it accepts exactly what the apiserver and the operator together accept. For each job it also prints the summary, the
-checkpoint footprint and the GPU memory plan.
+It refuses what the apiserver refuses (the error paths match what `kubectl apply` would print): the CRD's schema and
+CEL, and a specPatch the chart's admission policy refuses (mmrl_api/spec_patch_rules.py, on unless
+`--spec-patch-policy off`); and also a job whose GPU memory plan does not fit, which the apiserver cannot compute and
+the operator refuses before creating anything. So it accepts exactly what the apiserver (with the chart's admission
+policies) and the operator together accept. For each job it also prints the summary, the checkpoint footprint and
+the GPU memory plan.
 """
 
 from __future__ import annotations
@@ -70,13 +72,21 @@ def _validate_server(doc: dict[str, Any], where: str, out: TextIO, err: TextIO) 
     return True
 
 
-def _validate_job(doc: Any, where: str, namespace: tuple[str | None, str], out: TextIO, err: TextIO) -> bool:
+def _validate_job(
+    doc: Any, where: str, namespace: tuple[str | None, str], out: TextIO, err: TextIO, spec_patch_policy: bool
+) -> bool:
     from mmrl_api import validate_manifest
+    from mmrl_api.spec_patch_rules import violations
 
     job, errors = validate_manifest(doc)
     if job is None:
         for e in errors:
             print(f"{where}: {e.path}: {e.message}", file=err)
+        return False
+    refused = violations(doc) if spec_patch_policy else []  # the chart's admission policy, after the CRD's schema
+    for _, message in refused:
+        print(f"{where}: {message}", file=err)
+    if refused:
         return False
     print(f"{where}: ok: {_summary(job, *namespace)}", file=out)
     print(f"{where}: checkpoint footprint: {_footprint(job)}", file=out)
@@ -84,10 +94,18 @@ def _validate_job(doc: Any, where: str, namespace: tuple[str | None, str], out: 
     return True
 
 
-def validate_sources(sources: Sequence[Source], namespace: str | None, fallback: str, out: TextIO, err: TextIO) -> int:
+def validate_sources(
+    sources: Sequence[Source],
+    namespace: str | None,
+    fallback: str,
+    out: TextIO,
+    err: TextIO,
+    spec_patch_policy: bool = True,
+) -> int:
     """Validate every MultimodalRLJob and ModelServer document; print errors with field paths. A job is named in
-    `namespace` (`-n`), else its file's, else `fallback`, as `render` places it. Exit status: 1 when any document is
-    refused, a named file holds none, or a file is not YAML."""
+    `namespace` (`-n`), else its file's, else `fallback`, as `render` places it. With `spec_patch_policy` (the chart's
+    default) a job's specPatch is judged as the chart's admission policy judges it. Exit status: 1 when any document
+    is refused, a named file holds none, or a file is not YAML."""
     failed, checked = False, 0
     for source in sources:
         try:
@@ -108,7 +126,7 @@ def validate_sources(sources: Sequence[Source], namespace: str | None, fallback:
             if isinstance(doc, dict) and doc.get("kind") == SERVER_KIND:
                 ok = _validate_server(doc, where, out, err)
             else:
-                ok = _validate_job(doc, where, (namespace, fallback), out, err)
+                ok = _validate_job(doc, where, (namespace, fallback), out, err, spec_patch_policy)
             failed = failed or not ok
     if not checked and not failed:
         print(f"no {KIND} or {SERVER_KIND} documents in {', '.join(s.name for s in sources)}", file=err)
@@ -122,6 +140,8 @@ def validate_files(
     err: TextIO | None = None,
     namespace: str | None = None,
     fallback: str = NAMESPACE_DEFAULT,
+    spec_patch_policy: bool = True,
 ) -> int:
     """`validate_sources` over files, directories or `-`; UserError for one that cannot be read."""
-    return validate_sources(read_sources(paths), namespace, fallback, out or sys.stdout, err or sys.stderr)
+    streams = (out or sys.stdout, err or sys.stderr)
+    return validate_sources(read_sources(paths), namespace, fallback, *streams, spec_patch_policy=spec_patch_policy)

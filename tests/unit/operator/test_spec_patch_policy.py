@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from mmrl_operator.codegen.spec_patch_policy import build_spec_patch_policy, spec_patch_paths
+from mmrl_api.spec_patch_rules import spec_patch_paths
+from mmrl_operator.codegen.spec_patch_policy import build_spec_patch_policy
 
 
 def test_the_ray_pod_template_spec_patch_is_found_in_the_model() -> None:
