@@ -207,10 +207,11 @@ class PodMaterialiser:
             source, tmpfs = sources[vm["name"]]
             if source is not None and vm.get("subPath"):
                 volume, source = source, os.path.join(source, vm["subPath"])
-                if os.path.isdir(volume):
+                if os.path.isdir(volume) and not os.path.lexists(source):
                     # As a kubelet does: a sub-path not there yet is made in the volume (a shared server mounts
-                    # <claim>/<namespace> before its first job has written anything there).
-                    os.makedirs(source, exist_ok=True)
+                    # <claim>/<namespace> before its first job has written anything there); one that is there, a
+                    # file of a ConfigMap say, is mounted as it is.
+                    os.makedirs(source)
             mounts.append(Mount(vm["mountPath"], source, bool(vm.get("readOnly")), tmpfs))
         return PodView(
             pod=pod["metadata"]["name"],
