@@ -56,8 +56,11 @@ def test_leaks_a_namespace_a_link_and_a_pod_process():
     record("pod", pid=pod.pid)
 
 def test_leaks_a_container_run_from_the_operator_image():
+    # Owned by the outer test, which outlives this worker: once the worker is gone, another run's remove_stale
+    # (any worker of a parallel suite starting a container) would otherwise take the leak away before the check.
+    owner = int(os.environ["LEAK_OWNER"])
     container = image_run.ImageContainer(
-        images_build.storage(), os.environ["LEAK_IMAGE"], LEAK_DIR / "bundle", "mmrl-leak"
+        images_build.storage(), os.environ["LEAK_IMAGE"], LEAK_DIR / "bundle", "mmrl-leak", owner
     )
     sleeper = ["python", "-c", "import time; time.sleep(600)"]
     spec = container.one_off_spec(container.prepare(), sleeper, None, [])
@@ -117,6 +120,7 @@ def names(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
         "LEAK_NETNS": f"mmrl-probe-{os.getpid()}-leak{tag}",
         "LEAK_LINK": f"mmt{tag}",
         "LEAK_DIR": str(leak_dir),
+        "LEAK_OWNER": str(os.getpid()),
     }
     for key, value in found.items():
         monkeypatch.setenv(key, value)

@@ -123,12 +123,15 @@ def remove_stale(store: images_build.Storage) -> list[str]:
 class ImageContainer:
     """One container of a pod, started from a built image. Not thread-safe: one owner (the pod's worker)."""
 
-    def __init__(self, store: images_build.Storage, image: str, bundle: Path, name: str) -> None:
+    def __init__(
+        self, store: images_build.Storage, image: str, bundle: Path, name: str, owner: int | None = None
+    ) -> None:
+        """``owner`` is the process whose exit makes the container stale (``remove_stale``): this one by default."""
         remove_stale(store)
         self.store, self.image, self.bundle, self.name = store, image, bundle, name
         self.config = image_config(store, image)
         self.env = image_env(self.config)
-        self.container_id = f"{name}-{os.getpid()}-{next(_ids)}"
+        self.container_id = f"{name}-{owner or os.getpid()}-{next(_ids)}"
         self._working: str | None = None
 
     def prepare(self) -> Path:
