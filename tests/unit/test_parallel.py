@@ -43,3 +43,15 @@ def test_a_group_runs_in_one_worker_in_order_and_the_rest_spreads(pytester: pyte
     demo = [(name, worker) for name, worker in ran if name.startswith("demo")]
     assert [name for name, _ in demo] == ["demo0", "demo1"] and len({worker for _, worker in demo}) == 1, demo
     assert len({worker for name, worker in ran if name.startswith("unit")}) == 2
+
+
+def test_every_end_to_end_file_runs_in_one_of_the_two_chains() -> None:
+    """Each e2e test runs real Ray or vLLM pods for minutes: outside the two chains it would run beside both, a third
+    heavy test on 2 cores (test_shared_serving did, and both e2e tests ran past their timeout on a cold run)."""
+    from pathlib import Path
+
+    from tests.support.parallel import _SHARE_A_WORKER
+
+    e2e = sorted(f"tests/e2e/{p.name}" for p in (Path(__file__).parents[1] / "e2e").glob("test_*.py"))
+    assert e2e, "no e2e test files found"
+    assert {f: _SHARE_A_WORKER.get(f) for f in e2e if _SHARE_A_WORKER.get(f) not in ("real-ray", "real-ray-demo")} == {}
