@@ -18,6 +18,12 @@ from tests.support.polling import wait_until
 pytestmark = pytest.mark.cluster
 
 
+def started_in(box: podnet.Sandbox, proc) -> None:
+    """Wait until the pod's process is in its namespace: its launcher is a Python process that joins it once it has
+    started, which on a loaded machine takes seconds; a namespace removed before then holds no process to stop."""
+    wait_until(lambda: proc.pid in podnet.netns_pids(box.netns), 60, what="the pod's process to join its namespace")
+
+
 @pytest.fixture
 def own_network(control_plane, pod_network, api_client, tmp_path: Path) -> Iterator[podnet.PodNetwork]:
     """A run's pod network of its own (the session's is shared), with its reaper polling fast."""
@@ -35,6 +41,7 @@ def test_the_reaper_survives_a_release_that_raises_and_removes_the_namespace_nex
     pod = running(core, namespace, plain_pod("flaky", hyperpod_nodes.cpu()))
     box = own_network.sandbox(pod)
     sleeper = spawn(pod, box, ["sleep", "600"], tmp_path, "sleeper")
+    started_in(box, sleeper)
     unplumb, calls = own_network._unplumb, []
 
     def fails_once(sandbox: podnet.Sandbox) -> None:
@@ -60,6 +67,7 @@ def test_close_removes_a_namespace_whose_bookkeeping_was_lost(
     pod = running(core, namespace, plain_pod("forgotten", hyperpod_nodes.cpu()))
     box = own_network.sandbox(pod)
     sleeper = spawn(pod, box, ["sleep", "600"], tmp_path, "sleeper")
+    started_in(box, sleeper)
     with own_network._lock:
         own_network._sandboxes.clear()  # as a release that failed half-way left it before
     assert box.netns in names_on_host()
