@@ -499,7 +499,9 @@ class PodNetwork:
                 log.exception("pod %s: its sandbox could not be released; removing it by name", box.pod)
         if self._forwarder is not None:
             procs.stop(self._forwarder, timeout=2.0)
-        ip("link", "del", self.bridge, check=False)  # takes the pods' /32 routes with it
+        gone = ip("link", "del", self.bridge, check=False)  # takes the pods' /32 routes with it
+        if gone.returncode != 0 and "Cannot find device" not in gone.stderr:
+            log.warning("run %s: bridge %s not removed: %s", self.run, self.bridge, gone.stderr.strip())
         left = ours().get(self.run, [])
         if left:
             log.warning("run %s: removing what its sandboxes left behind: %s", self.run, [n for _, n in left])
