@@ -189,6 +189,9 @@ class AdapterStatus(StatusModel):
     base_model: str = Field(default="", max_length=1024)
     sha256: str = Field(default="", max_length=64)
     """sha256 of adapter_model.safetensors; the inference pod's init container checks it."""
+    digest: str = Field(default="", max_length=64)
+    """sha256 of the adapter directory's manifest: every file, config included (`mmrl_api.adapter_digest`). A shared
+    server's gateway loads a copy of the files only when the copy has this digest."""
     max_lora_rank: int | None = None
     """The smallest vLLM --max-lora-rank that fits the adapter."""
     config: dict[str, Any] = Field(default_factory=dict, json_schema_extra={PRESERVE_UNKNOWN_KEY: True})

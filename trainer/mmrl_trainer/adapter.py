@@ -2,7 +2,10 @@
 
 vLLM loads a LoRA adapter from `adapter_config.json` + `adapter_model.safetensors`. `check_adapter_dir` applies
 the rules of `adapter_rules` to both files (the config, and the tensor names read from the safetensors header,
-so no weights are loaded) and returns what the job's `status.adapter` reports, including the weights' sha256.
+so no weights are loaded) and returns what the job's `status.adapter` reports, including the weights' sha256 and
+the directory's digest (`mmrl_api.adapter_digest`: every file, config included), which a shared server's gateway
+checks its copy against. The directory is read the way the gateway reads it: a link anywhere on its path or in it is
+refused.
 
     python -m mmrl_trainer.adapter --adapter DIR --base-model M --max-lora-rank N [--sha256 S] [--copy-from SRC]
 
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_api import adapter_rules as rules
+from mmrl_api.adapter_digest import Entry, TreeRefused, manifest_digest, read_tree
 from mmrl_api.contract import EXIT_BAD_INPUT, error_line
 from mmrl_trainer.errors import InvalidInput
 
@@ -53,6 +57,8 @@ class AdapterInfo:
     sha256: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     """The rule-relevant subset of adapter_config.json (see adapter_rules.RULE_KEYS)."""
+    digest: str = ""
+    """sha256 of the directory's manifest (`mmrl_api.adapter_digest`)."""
 
     def status(self, path: str | None = None) -> dict[str, Any]:
         """`status.adapter` as the trainer reports it (camelCase, as the CRD stores it)."""
@@ -65,6 +71,7 @@ class AdapterInfo:
             "sha256": self.sha256,
             "maxLoraRank": self.max_lora_rank,
             "config": self.config,
+            "digest": self.digest,
         }
 
 
@@ -86,13 +93,12 @@ def check_adapter_dir(
     """Apply every rule to the adapter files; raise AdapterError naming all that break."""
     path = Path(adapter_dir)
     # A link would have a server (a shared one among others) read whatever it points at, as the server.
-    links = [
-        rules.Violation("files", str(p), "is a symbolic link; the adapter's files must be regular files")
-        for p in (path, path / CONFIG, path / WEIGHTS)
-        if p.is_symlink()
-    ]
-    if links:
-        raise AdapterError(str(path), links)
+    try:
+        entries = read_tree(os.path.join(os.getcwd(), path))
+    except TreeRefused as err:
+        raise AdapterError(str(path), [rules.Violation("files", str(path), str(err))]) from err
+    except FileNotFoundError:
+        entries = []
     missing = [
         rules.Violation("files", name, "is missing") for name in (CONFIG, WEIGHTS) if not (path / name).is_file()
     ]
@@ -104,7 +110,7 @@ def check_adapter_dir(
         found += rules.tensor_violations(rules.safetensors_names(path / WEIGHTS))
     except (ValueError, struct.error) as exc:
         found.append(rules.Violation("files", WEIGHTS, f"unreadable safetensors header ({exc})"))
-    digest = sha256_file(path / WEIGHTS)
+    digest = _weights_sha256(entries) or sha256_file(path / WEIGHTS)
     if sha256 and digest != sha256:
         found.append(rules.Violation("sha256", WEIGHTS, f"sha256 {digest} differs from the reported {sha256}"))
     if found:
@@ -119,7 +125,12 @@ def check_adapter_dir(
         max_lora_rank=rules.smallest_max_lora_rank(rank),
         sha256=digest,
         config=rules.rule_subset(cfg),
+        digest=manifest_digest(entries),
     )
+
+
+def _weights_sha256(entries: list[Entry]) -> str:
+    return next((e.sha256 for e in entries if e.path == WEIGHTS), "")
 
 
 def export_adapter(peft_model, export_dir: str | Path, *, base_model: str | None = None) -> AdapterInfo:

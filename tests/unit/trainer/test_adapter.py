@@ -146,3 +146,25 @@ def test_the_init_container_copies_from_a_source_then_checks(tmp_path: Path, cap
     code = main(["--adapter", str(dest), "--copy-from", str(source), "--base-model", BASE, "--sha256", digest])
     assert code == 0, capsys.readouterr().err
     assert (dest / "adapter_config.json").read_text() == (source / "adapter_config.json").read_text()
+
+
+def test_a_link_on_a_parent_directory_is_refused_too(tmp_path: Path) -> None:
+    """The last component alone is not enough: a job directory that is a link sends the server elsewhere."""
+    (tmp_path / "real").mkdir()
+    sound = adapter(tmp_path / "real" / "adapter") if (tmp_path / "real" / "adapter").mkdir() is None else None
+    (tmp_path / "job").symlink_to(tmp_path / "real", target_is_directory=True)
+    check_adapter_dir(sound)
+    with pytest.raises(AdapterError) as err:
+        check_adapter_dir(tmp_path / "job" / "adapter")
+    assert [v.rule for v in err.value.violations] == ["files"] and "/job is a symbolic link" in str(err.value)
+
+
+def test_the_report_carries_the_digest_of_every_file_config_included(tmp_path: Path) -> None:
+    from mmrl_api.adapter_digest import tree_digest
+
+    path = adapter(tmp_path / "a") if (tmp_path / "a").mkdir() is None else None
+    info = check_adapter_dir(path)
+    assert info.status()["digest"] == tree_digest(path) == info.digest
+    (path / "adapter_config.json").write_text(json.dumps(config(lora_alpha=64)))
+    assert check_adapter_dir(path).digest != info.digest
+    assert check_adapter_dir(path).sha256 == info.sha256  # the weights' digest alone does not see the config
