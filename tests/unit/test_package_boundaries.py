@@ -54,13 +54,15 @@ def test_the_scan_sees_imports(tmp_path: Path) -> None:
 
 # The operator's layers: the pure core (decisions and builders) imports none of the others and no client, server or
 # network library; the runtime runs the core; the CLI may use both; the generators read the core and the permission
-# table the runtime checks its calls against.
+# table the runtime checks its calls against. The gateway (a ModelServer replica's, run from the operator's image)
+# stands alone: the shared API and HTTP, no Kubernetes client and no kopf.
 OPERATOR = PACKAGES["mmrl_operator"]
 LAYERS_MAY_IMPORT = {
     "core": {"core"},
     "runtime": {"core", "runtime"},
     "cli": {"core", "runtime", "cli"},
     "codegen": {"core", "codegen", "runtime.permissions"},
+    "gateway": {"gateway"},
 }
 IO_LIBRARIES = {"kubernetes", "kopf", "aiohttp", "urllib3", "requests", "socket", "http", "prometheus_client", "mlflow"}
 
@@ -113,6 +115,16 @@ def test_the_core_does_no_io() -> None:
         for source in sorted((OPERATOR / "core").rglob("*.py"))
         for line, name in imported_modules(source)
         if name.split(".")[0] in IO_LIBRARIES
+    ]
+    assert wrong == []
+
+
+def test_the_gateway_needs_no_kubernetes_client_and_no_kopf() -> None:
+    wrong = [
+        f"{source.relative_to(ROOT)}:{line} imports {name}"
+        for source in sorted((OPERATOR / "gateway").rglob("*.py"))
+        for line, name in imported_modules(source)
+        if name.split(".")[0] in {"kubernetes", "kopf", "urllib3", "requests", "prometheus_client"}
     ]
     assert wrong == []
 
