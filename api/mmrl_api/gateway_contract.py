@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mmrl_api.constants import ADAPTER_MOUNT, CONFIG_MOUNT
 
+OPERATOR_IMAGE_ENV = "MMRL_OPERATOR_IMAGE"  # the operator's own image, which the gateway runs from (the chart sets it)
+# When the operator is not told its image (a developer's `mmrl operator`): the chart's default image.
+DEFAULT_OPERATOR_IMAGE = "ghcr.io/mmrl-dev/mmrl-operator:0.1.0"
+
 PORT = 8000  # the gateway: the Service's, the probes' and the pod proxy's target
 VLLM_PORT = 8001  # vLLM, on 127.0.0.1 only
 STORE = ADAPTER_MOUNT  # the staged copies: an emptyDir the gateway writes and vLLM mounts read-only
@@ -46,6 +50,9 @@ CLIENT_ROUTES = frozenset(
     }
 )
 LORA_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+# vLLM's own API key, when the server's env sets one: clients must send it (`Authorization: Bearer`), and the gateway
+# sends it with its own calls to vLLM.
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
 
 LORA_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 DIGEST = r"^[0-9a-f]{64}$"

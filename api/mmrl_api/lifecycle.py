@@ -169,8 +169,8 @@ class InferenceSpec(ApiModel):
     server: str | None = Field(default=None, min_length=1, max_length=58, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
     """Serve the adapter from this ModelServer (same namespace) instead of a Deployment of its own: once training
     succeeds and the gate passes, the operator loads the adapter into every ready replica of the server, under
-    servedModelName (or the job's name), once a pod of the job's own (`<name>-adapter-check`, the trainer image,
-    placed like the training pods and by nodeSelector) has checked the files. image, replicas, resources, gpus,
+    servedModelName (or the job's name); each replica's gateway loads a copy of the files only when it has the digest
+    the trainer reported (status.adapter.digest) and passes vLLM's rules. image, replicas, resources, gpus,
     tensorParallelSize, maxModelLen, maxImagesPerPrompt and extraArgs are then the server's. A server whose
     base model, maxLoraRank, maxModelLen, pixel cap or adapter volumes do not fit this job refuses it, with the
     reason in condition InferenceReady. Deleting the job unloads its adapter."""

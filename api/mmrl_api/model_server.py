@@ -173,6 +173,9 @@ class ServedAdapter(StatusModel):
     """The alias its job claims (spec.inference.alias)."""
     path: str = Field(max_length=PATH_MAX)
     sha256: str = Field(default="", max_length=64)
+    digest: str = Field(default="", max_length=64)
+    """The digest of the adapter's files the trainer reported (`status.adapter.digest`): every replica's gateway
+    loads a checked copy of exactly these files."""
     rank: int | None = None
     held_out_reward: float | None = None
     loaded_on: list[str] = Field(default_factory=list, max_length=64)
@@ -200,6 +203,8 @@ class AliasStatus(StatusModel):
     job: str = Field(max_length=NAME_MAX)
     adapter: str = Field(max_length=NAME_MAX)
     path: str = Field(max_length=PATH_MAX)
+    digest: str = Field(default="", max_length=64)
+    """The target adapter's digest: the alias is that copy loaded once more under the alias's name."""
     pinned: bool = False
     """Held by spec.aliasPins (a rollback): promotions do not move it."""
     loaded_on: list[str] = Field(default_factory=list, max_length=64)

@@ -200,14 +200,6 @@ class AdapterStatus(StatusModel):
     lineage: AdapterLineage | None = None
 
 
-class AdapterCheck(StatusModel):
-    """The adapter files a check pod found sound: what a shared server may load (`<name>-adapter-check`)."""
-
-    path: str = Field(max_length=PATH_MAX)
-    sha256: str = Field(default="", max_length=64)
-    """The digest the trainer reported and the check matched; empty when the trainer reported none."""
-
-
 class InferenceStatus(StatusModel):
     service: str = Field(max_length=NAME_MAX)
     """The Service in front of the vLLM Deployment (`<name>-inference`)."""
@@ -223,9 +215,6 @@ class InferenceStatus(StatusModel):
     """The ModelServer that serves the adapter (`spec.inference.server`); absent for a Deployment of the job's own."""
     alias: str | None = Field(default=None, max_length=NAME_MAX)
     """The alias (`spec.inference.alias`) while it points at this job's adapter; absent when it points elsewhere."""
-    adapter_check: AdapterCheck | None = None
-    """Shared serving only: the adapter files that passed the adapter check (rules and sha256) in the job's own pod;
-    the server loads only this path with this digest."""
 
 
 class TrackingRun(StatusModel):

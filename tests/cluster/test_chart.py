@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_api.gateway_contract import DEFAULT_OPERATOR_IMAGE, OPERATOR_IMAGE_ENV
 from mmrl_local.addons.operator_release import RESTRICTED
 from mmrl_local.cluster import crds
 from mmrl_local.toolchain import build
@@ -105,6 +106,9 @@ def test_operator_deployment_runs_restricted_with_probe_metrics_and_lease(helm: 
     lease = next(r["resourceNames"][0] for r in leader_role["rules"] if r.get("resourceNames"))
     assert f"--peering={lease}" in args
     assert {e["name"] for e in container["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
+    # The operator knows its own image: every ModelServer replica's gateway runs from it.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[OPERATOR_IMAGE_ENV] == container["image"] == DEFAULT_OPERATOR_IMAGE
     (service,) = of_kind(objects, "Service")
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     assert not of_kind(objects, "ServiceMonitor")

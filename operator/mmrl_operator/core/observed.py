@@ -54,8 +54,6 @@ class ServingObserved:
     """The init container's error lines when it refused the adapter (exit 3)."""
     deployment_edited: bool = False
     """The Deployment's spec changed since this process last wrote it (its generation moved): written again."""
-    check_pod: dict[str, Any] | None = None
-    """Shared serving: the job's adapter check pod (`builders.adapter_check`), when there is one."""
     server: dict[str, Any] | None = None
     """The ModelServer the job names (`spec.inference.server`), as the operator's cache holds it; None when there is
     none (or the job names none)."""
@@ -193,8 +191,8 @@ def raycluster_ready(raycluster: dict[str, Any] | None) -> bool | None:
 
 
 def adapter_check_failure(pod: dict[str, Any]) -> str | None:
-    """The error lines of an adapter check (the inference pod's init container, or the check pod's container) when
-    it refused the adapter (exit 3)."""
+    """The error lines of an adapter check (the inference pod's init container) when it refused the adapter (exit
+    3)."""
     from mmrl_api.contract import ERROR_PREFIX, EXIT_BAD_INPUT
 
     statuses = records(dig(pod, "status", "initContainerStatuses")) + records(dig(pod, "status", "containerStatuses"))

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmrl_api import MultimodalRLJob, adapter_rules
-from mmrl_api.status import AdapterCheck, AdapterStatus, JobStatus
-from mmrl_operator.core.builders import adapter_check as check_build
+from mmrl_api.status import AdapterStatus, JobStatus
 from mmrl_operator.core.builders import inference as build
 from mmrl_operator.core.builders.common import SPEC_HASH_ANNOTATION
 from mmrl_operator.core.builders.model_server import server_child_name
-from mmrl_operator.core.names import adapter_check_name, inference_name
-from mmrl_operator.core.observed import ServingObserved, adapter_check_failure
+from mmrl_operator.core.names import inference_name
+from mmrl_operator.core.observed import ServingObserved
 from mmrl_operator.core.promotion import gate_verdict
 from mmrl_operator.core.shape import dig, integer, mapping, records, text
 from mmrl_operator.core.shared_serving import job_view
@@ -186,24 +185,13 @@ def decide_shared_serving(
     verdict: tuple[bool, str] | None,
     adapter: build.Adapter,
 ) -> ServingDecision:
-    """Served from a ModelServer: no Deployment of the job's own (one left from before is removed). The adapter's
-    files are checked first, in the job's own pod (`builders.adapter_check`); once the status records that check,
-    the server's pass loads the adapter, and its status says how far it got (`shared_serving.job_view`)."""
+    """Served from a ModelServer: no Deployment of the job's own (one left from before is removed). The server's
+    pass loads the adapter (each replica's gateway copies the files and checks the copy against the digest the
+    trainer reported, in the operator's image), and its status says how far it got (`shared_serving.job_view`)."""
     server_name = job.spec.inference.server or ""
     name, base = build.adapter_name(job), build.served_base_name(job.spec.model.name)
     d = ServingDecision("Serving", "", "Serving", delete=children_to_remove(job, obs))
-    checked = adapter_checked(job, status, obs, adapter, d)
-    if isinstance(checked, str):  # the check refused the files
-        msg = f"the adapter at {adapter.path} cannot be served: {checked}"
-        failed = ServingDecision("Failed", msg, "InvalidAdapter", delete=d.delete)
-        failed.events.append(("Warning", "InvalidAdapter", msg))
-        failed.ready = (False, "InvalidAdapter", msg)
-        return failed
-    if checked is None:
-        why = f"pod {adapter_check_name(job.name)} checks the adapter files at {adapter.path}"
-        ready: tuple[bool, str, str] = (False, "CheckingAdapter", why)
-    else:
-        ready = job_view(job, obs.server)
+    ready = job_view(job, obs.server)
     d.message = ready[2]
     d.ready, d.promoted = ready, verdict
     server_status = mapping((obs.server or {}).get("status"))
@@ -216,8 +204,6 @@ def decide_shared_serving(
         "baseModel": base,
         "server": server_name,
     }
-    if checked is not None:
-        d.inference["adapterCheck"] = checked.wire()
     alias = job.spec.inference.alias
     if alias and any(a.get("name") == alias and a.get("job") == job.name for a in server_status.get("aliases") or []):
         d.inference["alias"] = alias
@@ -228,33 +214,3 @@ def decide_shared_serving(
         d.events.append(("Normal", "InferenceReady", ready[2]))
     d.requeue_after = PROBE_INTERVAL_SECONDS if ready[0] else WAIT_INTERVAL_SECONDS
     return d
-
-
-def adapter_checked(
-    job: MultimodalRLJob, status: JobStatus, obs: ServingObserved, adapter: build.Adapter, d: ServingDecision
-) -> AdapterCheck | str | None:
-    """The check of this adapter's files for a shared server: done (AdapterCheck, kept in the status), refused
-    (the broken rules), or under way (None; the check pod is created, or one for other files or from a lost node is
-    deleted so the next pass makes it again). A recorded check's pod is deleted: the status is the record."""
-    recorded = status.inference.adapter_check if status.inference else None
-    pod = obs.check_pod
-    if recorded is not None and (recorded.path, recorded.sha256) == (adapter.path, adapter.sha256):
-        if pod is not None:
-            d.delete.append(("v1", "Pod", adapter_check_name(job.name)))
-        return recorded
-    if pod is None:
-        d.apply.append(check_build.build_check_pod(job, adapter))
-        return None
-    if not check_build.checks(pod, adapter) or dig(pod, "metadata", "deletionTimestamp"):
-        if not dig(pod, "metadata", "deletionTimestamp"):
-            d.delete.append(("v1", "Pod", adapter_check_name(job.name)))
-        return None
-    phase = text(dig(pod, "status", "phase"))
-    if phase == "Succeeded":
-        return AdapterCheck(path=adapter.path, sha256=adapter.sha256)
-    if phase == "Failed":
-        refused = adapter_check_failure(pod)
-        if refused:
-            return refused
-        d.delete.append(("v1", "Pod", adapter_check_name(job.name)))  # lost node, deadline: check again
-    return None

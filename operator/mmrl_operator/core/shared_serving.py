@@ -6,8 +6,8 @@ A job's adapter goes into a server only when every one of these holds, checked o
 spec and status (never taken on trust from the job's phase):
 - the job names the server (same namespace: a name is all it can give), training succeeded, the promotion gate
   passed and the adapter passes vLLM's rules, as for a dedicated server;
-- the job's own check pod found the files sound, by the same rules and the sha256 the trainer reported, and the
-  job's status records that check of this path and digest (only the operator writes it);
+- the trainer reported the digest of the adapter's files (every file, config included): each replica's gateway
+  copies the files, loads the copy only if it has that digest and passes the same rules, and vLLM reads nothing else;
 - the adapter is where the operator told the trainer to export it (`<jobDir>/adapter`, from the job's own spec and
   UID), on a claim the server mounts at the job's mount path and sub-path: a stranger's adapter has another path;
 - the server can serve it as it was trained: the same base model and revision, a rank within `maxLoraRank`, a
@@ -27,6 +27,7 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob, adapter_rules
 from mmrl_api.context_budget import spec_max_model_len
+from mmrl_api.gateway_contract import Listing
 from mmrl_api.model_server import (
     ALIAS_HISTORY,
     AliasMove,
@@ -38,7 +39,8 @@ from mmrl_api.model_server import (
 )
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as server_build
-from mmrl_operator.core.builders.inference import adapter_name, served_base_name, training_processor_kwargs
+from mmrl_operator.core.builders.gateway import GATEWAY
+from mmrl_operator.core.builders.inference import adapter_name, model_path, served_base_name, training_processor_kwargs
 from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
 from mmrl_operator.core.names import job_dir, job_uid
 from mmrl_operator.core.promotion import gate_verdict
@@ -65,6 +67,8 @@ class Candidate:
     held_out_reward: float | None
     created: str  # the job's creationTimestamp: older jobs get free room first
     alias: str = ""  # the alias the job claims
+    digest: str = ""  # of every file of the adapter (status.adapter.digest)
+    base_model: str = ""  # the model as the job's pods name it: the adapter's config must name it
 
     def served(self, since: str) -> ServedAdapter:
         return ServedAdapter(
@@ -74,6 +78,7 @@ class Candidate:
             alias=self.alias,
             path=self.path,
             sha256=self.sha256,
+            digest=self.digest,
             rank=self.rank,
             held_out_reward=self.held_out_reward,
             since=since,
@@ -102,9 +107,12 @@ def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> C
     refusal = fit(job, server, reported.rank, reported.path)
     if refusal is not None:
         return refusal
-    check = status.inference.adapter_check if status.inference else None
-    if check is None or (check.path, check.sha256) != (reported.path, reported.sha256):
-        return None  # its files are not checked yet (the job's pass runs the check pod)
+    if not reported.digest:
+        return Refusal(
+            "AdapterDigestMissing",
+            "the trainer reported no digest of the adapter's files (status.adapter.digest), which the server's "
+            "gateway checks its copy against; run a trainer image of this operator's version",
+        )
     evaluation = reported.evaluation
     return Candidate(
         name=adapter_name(job),
@@ -116,6 +124,8 @@ def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> C
         held_out_reward=evaluation.held_out_reward if evaluation else None,
         created=str((job.metadata.model_extra or {}).get("creationTimestamp") or ""),
         alias=job.spec.inference.alias or "",
+        digest=reported.digest,
+        base_model=model_path(job),
     )
 
 
@@ -183,10 +193,11 @@ def held_set(
     keep: list[ServedAdapter] = []
     for entry in held:
         verdict = verdicts.get(entry.job)
-        if isinstance(verdict, Candidate) and (verdict.job_uid, verdict.name, verdict.path) == (
+        if isinstance(verdict, Candidate) and (verdict.job_uid, verdict.name, verdict.path, verdict.digest) == (
             entry.job_uid,
             entry.name,
             entry.path,
+            entry.digest,
         ):
             keep.append(entry.model_copy(update={"alias": verdict.alias}))
     refused: list[RefusedAdapter] = []
@@ -275,6 +286,7 @@ def alias_targets(
                 job=target.job,
                 adapter=target.name,
                 path=target.path,
+                digest=target.digest,
                 pinned=pinned,
                 history=history[-ALIAS_HISTORY:],
             )
@@ -282,28 +294,39 @@ def alias_targets(
     return out
 
 
-def desired_names(held: list[ServedAdapter], aliases: list[AliasStatus]) -> dict[str, str]:
-    """Every LoRA name a replica must hold, with its path: each adapter, and each alias at its target's path."""
-    return {**{e.name: e.path for e in held}, **{a.name: a.path for a in aliases}}
+@dataclass(frozen=True)
+class Wanted:
+    """One LoRA name a replica must hold: the adapter directory its copy is staged from, and the copy's digest."""
+
+    path: str
+    digest: str
+    base_model: str = ""
 
 
-def listed_adapters(models: Any, base: str) -> dict[str, str]:
-    """The LoRA adapters one replica's /v1/models lists: {name: path}. The base model and anything malformed are
-    left out."""
-    out: dict[str, str] = {}
-    if not isinstance(models, list):
-        return out
-    for m in models:
-        if isinstance(m, dict) and isinstance(m.get("id"), str) and m.get("parent") and m["id"] != base:
-            out[m["id"]] = str(m.get("root") or "")
-    return out
+def desired_names(
+    held: list[ServedAdapter], aliases: list[AliasStatus], base_models: dict[str, str] | None = None
+) -> dict[str, Wanted]:
+    """Every LoRA name a replica must hold: each adapter, and each alias at its target's files. `base_models`: the
+    model each job (by name) trained on, as its pods name it."""
+    models = base_models or {}
+    want = {e.name: Wanted(e.path, e.digest, models.get(e.job, "")) for e in held}
+    for a in aliases:
+        want[a.name] = Wanted(a.path, a.digest, models.get(a.job, ""))
+    return want
 
 
-def replica_plan(want: dict[str, str], listed: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """(names to load as (name, path), names to unload) for one replica: what it lacks or holds from another path
-    (an alias that moved: loaded in place), and what it holds that the server does not."""
-    load = [(name, path) for name, path in want.items() if listed.get(name) != path]
-    unload = sorted(name for name in listed if name not in want)
+def replica_holds(listing: Listing) -> dict[str, str]:
+    """{name: digest} of what a replica serves: loaded by its gateway and held by its vLLM from that copy."""
+    return {name: held.digest for name, held in listing.adapters.items() if held.loaded}
+
+
+def replica_plan(want: dict[str, Wanted], listing: Listing) -> tuple[list[tuple[str, Wanted, bool]], list[str]]:
+    """(names to load as (name, what, in place), names to unload) for one replica: what it lacks or holds from other
+    files (an alias that moved: loaded in place, since vLLM holds the name), and what it holds that the server does
+    not (its gateway's names, and any other vLLM lists)."""
+    holds, in_vllm = replica_holds(listing), set(listing.vllm or {})
+    load = [(name, w, name in in_vllm) for name, w in want.items() if holds.get(name) != w.digest]
+    unload = sorted(name for name in set(listing.adapters) | in_vllm if name not in want)
     return load, unload
 
 
@@ -332,10 +355,11 @@ def job_view(job: MultimodalRLJob, server: dict[str, Any] | None) -> tuple[bool,
 
 
 def vllm_up(pod: dict[str, Any]) -> bool:
-    """Whether the replica's vLLM answers (its container passed the readiness probe on /v1/models): it can be
-    listed and loaded into, whatever its readiness gate says."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return any(cs.get("name") == "vllm" and cs.get("ready") is True for cs in statuses)
+    """Whether the replica can be listed and loaded into, whatever its readiness says: its vLLM answers (its
+    container passed its readiness probe) and its gateway runs (it may be not ready while it loads adapters again)."""
+    statuses = {cs.get("name"): cs for cs in (pod.get("status") or {}).get("containerStatuses") or []}
+    vllm, gateway = statuses.get("vllm") or {}, statuses.get(GATEWAY) or {}
+    return vllm.get("ready") is True and "running" in (gateway.get("state") or {})
 
 
 def announced_names(status: ModelServerStatus | None) -> set[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from mmrl_api.adapter_digest import Limits
-from mmrl_api.gateway_contract import ADMIN_KEY_DIR, ADMIN_KEY_ITEM, PORT, STORE, VLLM_PORT
+from mmrl_api.gateway_contract import ADMIN_KEY_DIR, ADMIN_KEY_ITEM, PORT, STORE, VLLM_API_KEY_ENV, VLLM_PORT
 from mmrl_operator.gateway.app import Settings, build_app
 
 
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         max_lora_rank=args.max_lora_rank,
         max_request_bytes=args.max_request_bytes,
         limits=Limits(max_files=args.max_adapter_files, max_bytes=args.max_adapter_bytes),
+        vllm_api_key=os.environ.get(VLLM_API_KEY_ENV) or None,
     )
     web.run_app(build_app(settings), host=args.host, port=args.port, access_log=None, print=None)
     return 0

@@ -31,6 +31,7 @@ class Settings:
     max_lora_rank: int | None = None
     max_request_bytes: int = 64 << 20  # a chat request with a few base64 images
     limits: Limits = DEFAULT_LIMITS
+    vllm_api_key: str | None = None  # the server's VLLM_API_KEY, when it sets one
     resync: bool = True
 
 
@@ -83,7 +84,7 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     # Bytes pass through unchanged (compressed answers stay compressed); the admin calls share the pool.
     session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0))
     store = Store(settings.store, settings.adapter_roots, settings.limits, settings.max_lora_rank)
-    parts.admin = admin = Admin(store, VLLM(session, settings.upstream), settings.admin_key_file)
+    parts.admin = admin = Admin(store, VLLM(session, settings.upstream, settings.vllm_api_key), settings.admin_key_file)
     parts.proxy = Proxy(session, settings.upstream, settings.max_request_bytes)
     resync = asyncio.create_task(admin.resync_forever()) if settings.resync else None
     try:

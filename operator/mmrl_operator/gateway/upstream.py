@@ -34,13 +34,15 @@ def _message(body: bytes) -> str:
 
 
 class VLLM:
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base: str, api_key: str | None = None) -> None:
         self.session, self.base = session, base.rstrip("/")
+        # vLLM's own key (the server's VLLM_API_KEY, which clients send too): it guards every /v1 path.
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None, seconds: float) -> bytes:
         try:
             async with self.session.request(
-                method, self.base + path, json=body, timeout=aiohttp.ClientTimeout(total=seconds)
+                method, self.base + path, json=body, headers=self.headers, timeout=aiohttp.ClientTimeout(total=seconds)
             ) as reply:
                 data = await reply.content.read(MAX_ANSWER + 1)
                 if len(data) > MAX_ANSWER:

@@ -133,8 +133,10 @@ def request(
     body: dict[str, Any] | None = None,
     deadline: float = 5.0,
     limit: int = MAX_BODY,
+    headers: dict[str, str] | None = None,
 ) -> bytes:
-    """`method` on an apiserver path with the client's credentials; the body of a 2xx answer. Raises
+    """`method` on an apiserver path with the client's credentials (and `headers`, which the apiserver's proxies
+    pass on to the pod); the body of a 2xx answer. Raises
     DeadlineExceeded, ResponseTooLarge, OSError, or ApiException (with the first `limit` bytes of the apiserver's
     answer as its body) for any other status."""
     from kubernetes.client.exceptions import ApiException
@@ -142,11 +144,11 @@ def request(
     cfg = api_client.configuration
     if cfg.proxy:
         raise ConnectionError("an HTTP proxy to the apiserver (kubeconfig proxy-url) is not supported here")
-    headers = {"Accept": "application/json"}
+    sent = {"Accept": "application/json", **(headers or {})}
     if body is not None:
-        headers["Content-Type"] = "application/json"
-    _method, url, headers, payload, _post = api_client.param_serialize(
-        method=method, resource_path=path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        sent["Content-Type"] = "application/json"
+    _method, url, sent, payload, _post = api_client.param_serialize(
+        method=method, resource_path=path, header_params=sent, body=body, auth_settings=["BearerToken"]
     )
     data = json.dumps(payload).encode() if payload is not None else None
     watchdog = _Watchdog(deadline)
@@ -154,7 +156,7 @@ def request(
     try:
         conn = _connect(cfg, url, watchdog)
         parts = urlsplit(url)
-        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data, headers=headers)
+        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data, headers=sent)
         response = conn.getresponse()
         content = read_capped(response, limit)
         if watchdog.expired:  # a body without a length ends at EOF, which the shutdown also produces

@@ -155,14 +155,43 @@ class Kube:
         return proxy_json(self.api_client, "GET", namespace, service, port, path, deadline=deadline)
 
     def pod_call(
-        self, namespace: str, pod: str, port: int, method: str, path: str, body: Any = None, deadline: float = 5.0
+        self,
+        namespace: str,
+        pod: str,
+        port: int,
+        method: str,
+        path: str,
+        body: Any = None,
+        deadline: float = 5.0,
+        headers: dict[str, str] | None = None,
     ) -> bytes:
         """`method` `path` on one pod through the apiserver's pod proxy (a shared server's replica, one at a time:
         the Service would pick one for us); the raw body of a 2xx answer, under a deadline and the 1 MiB cap."""
         require(CORE, "pods/proxy", "get" if method == "GET" else "create")
         self._count()
         resource = f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}"
-        return bounded_http.request(self.api_client, method, resource, body=body, deadline=deadline)
+        return bounded_http.request(self.api_client, method, resource, body=body, deadline=deadline, headers=headers)
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Secret by name, or None. Only a ModelServer's admin-key Secret is ever read (`servers.admin_key`)."""
+        return self.get("v1", "Secret", namespace, name)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create `obj` (a plain POST, not an apply); None when an object of that name exists already."""
+        self._count()
+        meta = obj["metadata"]
+        try:
+            stored = self._resource(obj["apiVersion"], obj["kind"], "create").create(
+                body=obj, namespace=meta.get("namespace"), field_manager=c.FIELD_MANAGER
+            )
+        except DynamicApiError as exc:
+            if exc.status == 409:
+                return None
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                raise ApplyRejected(obj["kind"], meta["name"], exc.status, _api_message(exc.body)) from exc
+            raise
+        self._wrote()
+        return stored.to_dict()  # type: ignore[no-any-return]
 
     def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
         """Set one condition of a pod's status (a readiness gate's), leaving the kubelet's own: a strategic merge

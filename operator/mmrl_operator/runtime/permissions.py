@@ -13,7 +13,8 @@ Scopes say where a rule is granted:
 - `own`: the operator's own namespace (its leader-election Lease), a Role there; `named` rules are limited to
   the Lease's name with resourceNames.
 
-No wildcards, no Secrets, nodes read-only: the tests hold the table to that. `mmrl status` (cli/status.py) is not
+No wildcards, nodes read-only, and of Secrets only what a ModelServer's admin key needs (create, and get by name;
+no list, watch, update or delete): the tests hold the table to that. `mmrl status` (cli/status.py) is not
 the operator: it runs with the credentials of whoever types it.
 """
 
@@ -90,9 +91,9 @@ PERMISSIONS: tuple[Rule, ...] = (
     Rule(
         CORE,
         "pods",
-        ("get", "list", "watch", *APPLY, "delete"),
+        ("get", "list", "watch", "delete"),
         "watched",
-        "Ray pods: node lookups, moving pods off failing nodes; a shared-serving job's adapter check pod",
+        "Ray pods: node lookups, moving pods off failing nodes",
     ),
     Rule(CORE, "events", ("create",), "watched", "Events on jobs"),
     Rule(CORE, "configmaps", ("get", *APPLY), "watched", "the trainer's config"),
@@ -139,7 +140,14 @@ PERMISSIONS: tuple[Rule, ...] = (
         "pods/proxy",
         ("get", "create"),
         "watched",
-        "shared servers: list, load and unload adapters in each replica of a ModelServer",
+        "shared servers: list, load and unload adapters through each ModelServer replica's gateway",
+    ),
+    Rule(
+        CORE,
+        "secrets",
+        ("get", "create"),
+        "watched",
+        "shared servers: make each ModelServer's admin-key Secret and read it back by name (no list, no watch)",
     ),
     # --- the operator's own namespace -------------------------------------------------------------------------
     Rule(

@@ -21,12 +21,12 @@ from typing import Any
 from mmrl_api import constants as c
 from mmrl_api import parse_job
 from mmrl_api.job import MultimodalRLJob
-from mmrl_operator.core.builders import adapter_check, inference
+from mmrl_operator.core.builders import inference
 from mmrl_operator.core.builders.network_policy import NetworkPolicySettings
 from mmrl_operator.core.builders.raycluster import SPEC_HASH_LABEL, avoided_nodes
 from mmrl_operator.core.decide import Plan, decide, parse_ts, ts
 from mmrl_operator.core.health import node_verdict
-from mmrl_operator.core.names import adapter_check_name, attempt_of, inference_name, job_uid, raycluster_name
+from mmrl_operator.core.names import attempt_of, inference_name, job_uid, raycluster_name
 from mmrl_operator.core.observed import (
     Observed,
     PodInfo,
@@ -93,7 +93,7 @@ def observe(
     pods, inference_pods = [], []
     for p in owned("v1", "Pod", ns, name):
         meta, spec, st = p["metadata"], p.get("spec") or {}, p.get("status") or {}
-        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) in (inference.COMPONENT, adapter_check.COMPONENT):
+        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) == inference.COMPONENT:
             inference_pods.append(p)
             continue
         if not ray_pod_of(p, name, cluster_uid):
@@ -184,8 +184,6 @@ def observe_serving(
     deps = [o for o in owned("apps/v1", "Deployment", ns, job.name) if _ours(o, name, uid)]
     svcs = [o for o in owned("v1", "Service", ns, job.name) if _ours(o, name, uid)]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    check_pod = next((p for p in pods if _ours(p, adapter_check_name(job.name), uid)), None)
-    live = [p for p in live if p is not check_pod]
     check_failure = next((f for p in live if (f := adapter_check_failure(p))), None)
     problem = next((pr for p in live if (pr := pod_problem(p))), None)
     models, error = None, None
@@ -204,7 +202,6 @@ def observe_serving(
         probe_error=error,
         pod_problem=problem,
         check_failure=check_failure,
-        check_pod=check_pod,
         deployment_edited=bool(dep is not None and edited is not None and edited("Deployment", dep)),
         server=server,
     )
@@ -217,7 +214,6 @@ def controlled_children(job: MultimodalRLJob, observed: Observed) -> set[tuple[s
         ("RayCluster", observed.raycluster),
         ("Deployment", observed.serving.deployment),
         ("Service", observed.serving.service),
-        ("Pod", observed.serving.check_pod),
     ):
         if obj is not None:
             known.add((kind, obj["metadata"]["name"]))

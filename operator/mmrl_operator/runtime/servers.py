@@ -6,24 +6,30 @@ a server's pass never waits behind a thousand jobs' resync, and a job's never be
 an informer rather than kopf (there are few, and their passes read them from the cache like every child); their
 Deployments, Services and pods from informers selected by the `mmrl.dev/server` label, so a change of any of them
 wakes its server. A child missing from the cache is read by name before it is first written: an object under that
-name that the server does not control is reported (NameConflict), never overwritten. A steady pass makes no request.
+name that the server does not control is reported (NameConflict), never overwritten. The server's admin key is read
+from its Secret by name on every pass (made with a random key when there is none: deleting it rotates the key), never
+logged, and sent only to the server's own replicas' gateways.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from mmrl_api import constants as c
+from mmrl_api.gateway_contract import DEFAULT_OPERATOR_IMAGE, OPERATOR_IMAGE_ENV
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as build
-from mmrl_operator.core.builders.inference import served_base_name
+from mmrl_operator.core.builders.gateway import admin_key_of, build_admin_secret
 from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
 from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_server, status_changed
-from mmrl_operator.core.names import object_uid
+from mmrl_operator.core.names import admin_secret_name, object_uid
 from mmrl_operator.core.observed import pod_problem
 from mmrl_operator.core.ownership import controlled_by, controller_of
 from mmrl_operator.core.shared_serving import (
@@ -112,6 +118,8 @@ class ServerController:
 
         # A later generation than our write got back is someone else's edit of its spec, which the pass sets back.
         self._written = WrittenGenerations()
+        # The image every replica's gateway runs: the operator's own (the chart passes it), which no job chooses.
+        self.gateway_image = os.environ.get(OPERATOR_IMAGE_ENV) or DEFAULT_OPERATOR_IMAGE
 
     def informers(self) -> list[Informer]:
         return [self.servers, *self.children.values()]
@@ -154,9 +162,14 @@ class ServerController:
             return None
         calls0 = self.kube.thread_calls()
         observed = self.observe(server)
+        admin_key = None
+        if not observed.foreign:
+            admin_key, foreign = self.admin_key(server, raw)
+            if foreign:
+                observed = dataclasses.replace(observed, foreign=(foreign,))
         now = _now()
-        plan = decide_server(server, observed, now)
-        loading = self.adapters(server, plan, now)
+        plan = decide_server(server, observed, now, self.gateway_image)
+        loading = self.adapters(server, plan, now, admin_key) if admin_key else False
         refused = []
         for obj in plan.apply:
             try:
@@ -198,17 +211,37 @@ class ServerController:
         return plan.requeue_after
 
     # --- adapters ------------------------------------------------------------------------------------------------
-    def adapters(self, server: ModelServer, plan: ServerPlan, now: str) -> bool:
-        """Decide the held set and the aliases, make every replica whose vLLM is up hold them, set each replica's
-        readiness gate, and put it all in the planned status. True while some replica does not hold everything
-        yet (the pass comes back sooner)."""
+    def admin_key(self, server: ModelServer, raw: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(the server's admin key, None), made now when its Secret is missing; (None, "Secret <name> ...") when the
+        Secret under that name is not the server's (never used: its key may be a stranger's)."""
+        name, uid = admin_secret_name(server.name), object_uid(server)
+        secret = self.kube.get_secret(server.namespace, name)
+        if secret is None:
+            fresh = build_admin_secret(
+                server, secrets.token_urlsafe(32), build.owner_reference(server), build.server_labels(server)
+            )
+            secret = self.kube.create(fresh) or self.kube.get_secret(server.namespace, name)
+            if secret is not None and controlled_by(secret, uid):
+                message = f"Secret {name} holds the admin key of the server's gateways; delete it to rotate the key"
+                self.kube.event(raw, "Normal", "AdminKeyCreated", message)
+        if secret is None:
+            return None, None  # deleted again at once: the next pass makes it
+        if not controlled_by(secret, uid):
+            ref = controller_of(secret)
+            return None, f"Secret {name}" + (f" (controlled by {ref.get('kind')} {ref.get('name')})" if ref else "")
+        return admin_key_of(secret) or None, None
+
+    def adapters(self, server: ModelServer, plan: ServerPlan, now: str, key: str) -> bool:
+        """Decide the held set and the aliases, make every replica that is up hold them (through its gateway, with
+        the server's admin key), set each replica's readiness gate, and put it all in the planned status. True while
+        some replica does not hold everything yet (the pass comes back sooner)."""
         status = server.status
         held_before = list(status.adapters) if status else []
         verdicts = self.verdicts(server, held_before)
         held, refused = held_set(server, held_before, verdicts, now)
         aliases = alias_targets(server, held, list(status.aliases) if status else [], now)
-        want = desired_names(held, aliases)
-        base = served_base_name(server.spec.model.name)
+        models = {v.job: v.base_model for v in verdicts.values() if isinstance(v, Candidate)}
+        want = desired_names(held, aliases, models)
         announced = announced_names(status)
         on: dict[str, list[str]] = {name: [] for name in want}
         errors: dict[str, str] = {}
@@ -217,7 +250,7 @@ class ServerController:
             name = pod["metadata"]["name"]
             holds: set[str] | None = None
             if vllm_up(pod):
-                result = sync_replica(self.kube, server.namespace, name, base, want)
+                result = sync_replica(self.kube, server.namespace, name, key, want)
                 if result.unreachable is None:
                     holds = result.holds
                     for held_name in holds:

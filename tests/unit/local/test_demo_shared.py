@@ -34,7 +34,6 @@ def test_both_versions_are_valid_jobs_on_their_own_samples_that_the_example_serv
         assert job.spec.cluster.kueue is not None
         samples.add(job.spec.dataset.train)
         path = f"{job_dir(job)}/adapter"
-        check = {"path": path, "sha256": "ab" * 32}
         status = JobStatus.model_validate(
             {
                 "phase": "Serving",
@@ -44,9 +43,9 @@ def test_both_versions_are_valid_jobs_on_their_own_samples_that_the_example_serv
                     "alpha": job.spec.lora.alpha,
                     "targetModules": ["q_proj", "v_proj"],
                     "sha256": "ab" * 32,
+                    "digest": "cd" * 32,
                     "evaluation": {"heldOutReward": 0.8, "baselineReward": 0.4, "step": 30},
                 },
-                "inference": {"service": "s", "url": "http://s", "adapterCheck": check},
             }
         )
         assert isinstance(candidate(job, status, server), Candidate), name

@@ -50,12 +50,15 @@ def test_a_server_variable_cannot_turn_runtime_loading_off() -> None:
 def test_only_the_namespaces_directory_of_an_adapter_claim_and_only_the_models_directory_are_mounted() -> None:
     s = server(model={"name": "pvc://fsx-claim/models/qwen3-vl-8b"})
     pod = build.build_server_deployment(s)["spec"]["template"]["spec"]
-    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    vllm, gateway = pod["containers"]
+    mounts = {m["mountPath"]: m for m in gateway["volumeMounts"]}
     adapters = mounts["/fsx/mmrl/hyperpod-ns-research"]
     assert (adapters["subPath"], adapters["readOnly"]) == ("mmrl/hyperpod-ns-research", True)
-    model = mounts["/mnt/pvc/fsx-claim/models/qwen3-vl-8b"]
-    assert (model["subPath"], model["readOnly"]) == ("models/qwen3-vl-8b", True)
     assert not any(m.startswith("/fsx") and m != "/fsx/mmrl/hyperpod-ns-research" for m in mounts)
+    vllm_mounts = {m["mountPath"]: m for m in vllm["volumeMounts"]}
+    assert not any(m.startswith("/fsx") for m in vllm_mounts)  # vLLM reads the gateway's checked copies only
+    model = vllm_mounts["/mnt/pvc/fsx-claim/models/qwen3-vl-8b"]
+    assert (model["subPath"], model["readOnly"]) == ("models/qwen3-vl-8b", True)
     claims = [v["persistentVolumeClaim"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert {x["claimName"] for x in claims} == {"fsx-claim"} and all(x["readOnly"] for x in claims)
     assert args(s)["--model"] == "/mnt/pvc/fsx-claim/models/qwen3-vl-8b"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mmrl_api import constants as c
-from mmrl_operator.core.builders import adapter_check, inference, model_server
+from mmrl_operator.core.builders import inference, model_server
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
 from tests.support.factories import job
@@ -65,10 +65,11 @@ def test_serving_pods_lock_every_container_and_only_the_trainer_image_claims_a_n
     assert check == {**LOCKED, "runAsNonRoot": True, "readOnlyRootFilesystem": True}
 
 
-def test_the_adapter_check_pod_runs_only_the_trainer_image_so_the_whole_pod_is_non_root() -> None:
-    pod = adapter_check.build_check_pod(job(), adapter())["spec"]
-    assert pod["securityContext"] == RESTRICTED_POD
-    assert containers(pod)["check-adapter"]["securityContext"]["readOnlyRootFilesystem"] is True
+def test_the_shared_servers_gateway_runs_the_operator_image_as_its_non_root_user_on_a_read_only_root() -> None:
+    pod = model_server.build_server_deployment(server())["spec"]["template"]["spec"]
+    gateway = containers(pod)["gateway"]["securityContext"]
+    assert gateway["runAsNonRoot"] is True and gateway["readOnlyRootFilesystem"] is True
+    assert gateway["allowPrivilegeEscalation"] is False and gateway["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_a_spec_patch_may_set_the_pod_security_context_an_image_needs() -> None:

@@ -3,6 +3,7 @@ job's InferenceReady says: the pure side of shared serving (`core.shared_serving
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +11,19 @@ import pytest
 import yaml
 
 from mmrl_api import MultimodalRLJob, parse_job
+from mmrl_api.gateway_contract import Listing
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.core.shared_serving import (
     Candidate,
     Refusal,
+    Wanted,
     alias_targets,
     candidate,
     desired_names,
     held_set,
     job_view,
-    listed_adapters,
     replica_plan,
 )
 
@@ -44,8 +46,8 @@ def job(name: str = "geo", created: str = "2026-10-01T08:00:00Z", **inference: A
     return parse_job(doc)
 
 
-def trained(j: MultimodalRLJob, *, checked: bool = True, **adapter: Any) -> JobStatus:
-    """Trained and reported; `checked`: the job's pass recorded the check of these files (its check pod passed)."""
+def trained(j: MultimodalRLJob, **adapter: Any) -> JobStatus:
+    """Trained and reported (with the digest of the adapter's files)."""
     report = {
         "path": f"{job_dir(j)}/adapter",
         "rank": 32,
@@ -53,14 +55,11 @@ def trained(j: MultimodalRLJob, *, checked: bool = True, **adapter: Any) -> JobS
         "targetModules": ["q_proj", "v_proj"],
         "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
         "sha256": "ab" * 32,
+        "digest": "d1" * 32,
         "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
         **adapter,
     }
-    status: dict[str, Any] = {"phase": "Serving", "adapter": report}
-    if checked:
-        check = {"path": report["path"], "sha256": report["sha256"]}
-        status["inference"] = {"service": "s", "url": "http://s", "server": "qwen3vl-8b", "adapterCheck": check}
-    return JobStatus.model_validate(status)
+    return JobStatus.model_validate({"phase": "Serving", "adapter": report})
 
 
 def test_a_trained_job_that_fits_becomes_a_candidate_under_its_served_name() -> None:
@@ -68,6 +67,15 @@ def test_a_trained_job_that_fits_becomes_a_candidate_under_its_served_name() -> 
     got = candidate(j, trained(j), server())
     assert isinstance(got, Candidate)
     assert (got.name, got.job, got.path, got.rank) == ("geo-lora", "geo", f"{job_dir(j)}/adapter", 32)
+    assert (got.digest, got.base_model) == ("d1" * 32, "Qwen/Qwen3-VL-8B-Instruct")
+    assert got.served(NOW).digest == "d1" * 32
+
+
+def test_an_adapter_without_the_digest_of_its_files_is_refused() -> None:
+    """The gateway loads only a copy with the reported digest: without one there is nothing to check against."""
+    j = job()
+    got = candidate(j, trained(j, digest=""), server())
+    assert isinstance(got, Refusal) and got.reason == "AdapterDigestMissing" and "status.adapter.digest" in got.message
 
 
 def test_nothing_is_decided_for_a_job_still_training_or_naming_another_server() -> None:
@@ -140,22 +148,31 @@ def test_an_adapter_goes_when_its_job_is_gone_or_recreated_and_a_name_is_never_s
     assert [r.reason for r in base] == ["NameTaken"] and "the base model" in base[0].message
 
 
-def test_a_replica_loads_what_it_lacks_reloads_a_moved_path_and_unloads_the_rest() -> None:
+def test_a_replica_loads_what_it_lacks_reloads_moved_files_in_place_and_unloads_the_rest() -> None:
     held = [
-        ServedAdapter(name="a", job="a", path="/fsx/a"),
-        ServedAdapter(name="b", job="b", path="/fsx/b2"),
+        ServedAdapter(name="a", job="a", path="/fsx/a", digest="a1" * 32),
+        ServedAdapter(name="b", job="b", path="/fsx/b", digest="b2" * 32),
     ]
-    models = [
-        {"id": "Qwen/Qwen3-VL-8B-Instruct", "root": "/models/q", "parent": None},
-        {"id": "b", "root": "/fsx/b1", "parent": "Qwen/Qwen3-VL-8B-Instruct"},
-        {"id": "old", "root": "/fsx/old", "parent": "Qwen/Qwen3-VL-8B-Instruct"},
-        "garbage",
-    ]
-    listed = listed_adapters(models, "Qwen/Qwen3-VL-8B-Instruct")
-    assert listed == {"b": "/fsx/b1", "old": "/fsx/old"}
-    want = desired_names(held, [])
-    assert replica_plan(want, listed) == ([("a", "/fsx/a"), ("b", "/fsx/b2")], ["old"])
-    assert replica_plan(want, {"a": "/fsx/a", "b": "/fsx/b2"}) == ([], [])
+    want = desired_names(held, [], {"a": "/models/q"})
+    assert want["a"] == Wanted("/fsx/a", "a1" * 32, "/models/q") and want["b"].base_model == ""
+    listing = Listing.model_validate(
+        {
+            "adapters": {
+                "b": {"digest": "b1" * 32, "loaded": True},  # other files under the name: loaded in place
+                "old": {"digest": "c" * 64, "loaded": True},
+            },
+            "vllm": {"b": "/mnt/adapter/" + "b1" * 32, "old": "/mnt/adapter/" + "c" * 64, "stray": "/x"},
+        }
+    )
+    load, unload = replica_plan(want, listing)
+    assert [(name, w.digest, inplace) for name, w, inplace in load] == [("a", "a1" * 32, False), ("b", "b2" * 32, True)]
+    assert unload == ["old", "stray"]
+    lost = Listing.model_validate(  # vLLM restarted: the gateway still has the names, vLLM does not hold them
+        {"adapters": {"a": {"digest": "a1" * 32, "loaded": False}, "b": {"digest": "b2" * 32, "loaded": True}}}
+    )
+    assert [(n, inplace) for n, _, inplace in replica_plan(want, lost)[0]] == [("a", False)]
+    done = Listing.model_validate({"adapters": {n: {"digest": w.digest, "loaded": True} for n, w in want.items()}})
+    assert replica_plan(want, done) == ([], [])
 
 
 def test_the_jobs_inference_ready_reads_the_servers_status() -> None:
@@ -199,7 +216,6 @@ def test_a_job_served_from_a_server_makes_no_deployment_and_removes_one_it_had()
         "model": "geo-lora",
         "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
         "server": "qwen3vl-8b",
-        "adapterCheck": {"path": f"{job_dir(j)}/adapter", "sha256": "ab" * 32},
     }
     missing = decide_serving(j, trained(j), ServingObserved())
     assert missing.ready is not None and missing.ready[1] == "ServerNotFound" and missing.delete == []
@@ -207,7 +223,8 @@ def test_a_job_served_from_a_server_makes_no_deployment_and_removes_one_it_had()
 
 def claim(name: str, since: str, reward: float, alias: str = "geo-prod") -> ServedAdapter:
     j = job(name, servedModelName=name, alias=alias, promoteWhen={"heldOutRewardAtLeast": 0.1})
-    status = trained(j, evaluation={"heldOutReward": reward, "baselineReward": 0.0, "step": 10})
+    digest = hashlib.sha256(name.encode()).hexdigest()  # each adapter's files differ
+    status = trained(j, evaluation={"heldOutReward": reward, "baselineReward": 0.0, "step": 10}, digest=digest)
     got = candidate(j, status, server())
     assert isinstance(got, Candidate) and got.alias == alias
     return got.served(since)
@@ -224,8 +241,10 @@ def test_an_alias_follows_the_latest_promotion_keeps_its_history_and_a_pin_rolls
         ("geo-v1", "2026-10-01T08:00:00Z", "2026-10-01T09:00:00Z", 0.5),
         ("geo-v2", "2026-10-01T09:00:00Z", None, 0.7),
     ]
-    # Both adapters stay loaded under their own names, and the alias is one more name at v2's path.
-    assert desired_names([v1, v2], [moved]) == {"geo-v1": v1.path, "geo-v2": v2.path, "geo-prod": v2.path}
+    # Both adapters stay loaded under their own names, and the alias is one more name on v2's files.
+    want = desired_names([v1, v2], [moved])
+    assert {n: w.path for n, w in want.items()} == {"geo-v1": v1.path, "geo-v2": v2.path, "geo-prod": v2.path}
+    assert want["geo-prod"].digest == v2.digest != v1.digest
     pinned = server(aliasPins=[{"alias": "geo-prod", "job": "geo-v1"}])
     (back,) = alias_targets(pinned, [v1, v2], [moved], "2026-10-01T10:00:00Z")
     assert (back.job, back.path, back.pinned) == ("geo-v1", v1.path, True)
@@ -270,6 +289,7 @@ def cand_of(entry: ServedAdapter) -> Candidate:
         held_out_reward=entry.held_out_reward,
         created="2026-10-01T08:00:00Z",
         alias=entry.alias,
+        digest=entry.digest,
     )
 
 
@@ -293,8 +313,11 @@ def test_a_replica_is_ready_only_once_it_holds_every_name_the_server_already_ser
     assert (loading["status"], loading["reason"], loading["message"]) == ("False", "AdaptersLoading", "loading prod")
     assert gate_condition({"a", "prod"}, announced, NOW)["status"] == "True"  # "new" failing does not hold it back
     assert gate_condition(set(), announced_names(None), NOW)["status"] == "True"  # nothing served yet
-    up = {"status": {"containerStatuses": [{"name": "vllm", "ready": True}]}}
-    assert vllm_up(up) and not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": False}]}})
+    gateway = {"name": "gateway", "ready": False, "state": {"running": {}}}  # not ready while it reloads: reachable
+    up = {"status": {"containerStatuses": [{"name": "vllm", "ready": True}, gateway]}}
+    assert vllm_up(up) and not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": False}, gateway]}})
+    gone = {"name": "gateway", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    assert not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": True}, gone]}})
 
 
 def test_a_refused_job_is_stalled_and_one_being_loaded_is_not() -> None:

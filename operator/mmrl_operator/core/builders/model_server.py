@@ -1,12 +1,14 @@
 """The Deployment and Service `<server>-vllm` of a ModelServer: vLLM serving one base model, with runtime LoRA
-loading switched on so the operator can load and unload the jobs' adapters without a restart.
+loading switched on so adapters are loaded and unloaded without a restart, behind the gateway (`gateway.py`) that
+alone reaches that API.
 
 Unlike a job's dedicated server (`inference.py`), no adapter is named at start: vLLM starts with the base model only,
-and the operator loads each adapter into each ready replica (`POST /v1/load_lora_adapter`). Everything vLLM fixes at
-start comes from the ModelServer's spec: the largest rank it can hold, how many adapters one batch may mix
-(`--max-loras`) and how many it keeps (`--max-cpu-loras`), the context length and the image pixel cap. The adapters
-are read from the claims in `adapterVolumes`, mounted read-only where the jobs' pods mount them, and of each only the
-server's namespace's directory.
+and the operator has the gateway of each ready replica stage and load each adapter. Everything vLLM fixes at start
+comes from the ModelServer's spec: the largest rank it can hold, how many adapters one batch may mix (`--max-loras`)
+and how many it keeps (`--max-cpu-loras`), the context length and the image pixel cap. It listens on 127.0.0.1 only,
+whatever `extraArgs` say. The adapters are read by the gateway from the claims in `adapterVolumes`, mounted read-only
+where the jobs' pods mount them, and of each only the server's namespace's directory; vLLM reads only the gateway's
+checked copies.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import json
 from typing import Any
 
 from mmrl_api import constants as c
+from mmrl_api.gateway_contract import DEFAULT_OPERATOR_IMAGE, VLLM_API_KEY_ENV, VLLM_PORT
 from mmrl_api.image_budget import pixel_cap_kwargs
 from mmrl_api.model_server import AdapterVolume, ModelServer
 from mmrl_operator.core.builders.common import controller_reference
+from mmrl_operator.core.builders.gateway import gateway_container, gateway_volumes, loopback_probe, store_mount
 from mmrl_operator.core.builders.inference import (
     PORT,
     PROMETHEUS,
     SERVER_COMMAND,
-    http_probe,
     served_base_name,
     vllm_deployment,
     vllm_security,
@@ -111,8 +114,6 @@ def vllm_args(server: ModelServer) -> list[str]:
         json.dumps({"image": spec.max_images_per_prompt}, separators=(",", ":")),
         "--max-model-len",
         str(spec.max_model_len),
-        "--port",
-        str(PORT),
     ]
     if spec.max_image_pixels is not None:
         args += ["--mm-processor-kwargs", json.dumps(pixel_cap_kwargs(spec.max_image_pixels), separators=(",", ":"))]
@@ -122,7 +123,8 @@ def vllm_args(server: ModelServer) -> list[str]:
         args += ["--revision", spec.model.revision]
     if spec.model.name.startswith("s3://"):
         args += ["--load-format", "runai_streamer"]
-    return args + list(spec.extra_args)
+    # Last, so that extraArgs cannot move vLLM off loopback: the gateway is the only way in.
+    return [*args, *spec.extra_args, "--host", "127.0.0.1", "--port", str(VLLM_PORT)]
 
 
 def _resources(server: ModelServer) -> dict[str, Any]:
@@ -133,18 +135,22 @@ def _resources(server: ModelServer) -> dict[str, Any]:
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
-def _volumes(server: ModelServer) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Each adapter claim read-only, and of it only the namespace's directory (`<subPath>/<namespace>`): a link in
-    an adapter directory cannot reach another team's files, which are not in the container. A pvc:// model's
-    directory read-only, and nothing else of its claim. /dev/shm in memory."""
+def _volumes(server: ModelServer) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, the gateway's adapter mounts, vLLM's mounts). Each adapter claim read-only, and of it only the
+    namespace's directory (`<subPath>/<namespace>`), in the gateway only: a link in an adapter directory cannot reach
+    another team's files, which are not in the container, and vLLM reads only the gateway's checked copies. A pvc://
+    model's directory read-only in vLLM, and nothing else of its claim. /dev/shm in memory."""
     volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
+    adapter_mounts: list[dict[str, Any]] = []
     for i, v in enumerate(server.spec.adapter_volumes):
         volumes.append(
             {"name": f"adapters-{i}", "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": True}}
         )
         sub = f"{v.sub_path.strip('/')}/{server.namespace}"
-        mounts.append({"name": f"adapters-{i}", "mountPath": adapter_root(server, v), "subPath": sub, "readOnly": True})
+        adapter_mounts.append(
+            {"name": f"adapters-{i}", "mountPath": adapter_root(server, v), "subPath": sub, "readOnly": True}
+        )
+    mounts: list[dict[str, Any]] = []
     found = model_claim(server)
     if found is not None:
         claim, rest = found
@@ -152,8 +158,8 @@ def _volumes(server: ModelServer) -> tuple[list[dict[str, Any]], list[dict[str, 
         mount = {"name": "model", "mountPath": model_path(server), "readOnly": True}
         mounts.append({**mount, "subPath": rest} if rest else mount)
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
-    mounts.append({"name": "dshm", "mountPath": c.SHM_MOUNT})
-    return volumes, mounts
+    mounts += [{"name": "dshm", "mountPath": c.SHM_MOUNT}, store_mount()]
+    return [*volumes, *gateway_volumes(server)], adapter_mounts, mounts
 
 
 def _env(server: ModelServer) -> list[dict[str, Any]]:
@@ -164,31 +170,35 @@ def _env(server: ModelServer) -> list[dict[str, Any]]:
     return fixed + [e.wire() for e in server.spec.env if e.name not in taken]
 
 
-def _pod_spec(server: ModelServer) -> dict[str, Any]:
+def _pod_spec(server: ModelServer, gateway_image: str) -> dict[str, Any]:
     spec = server.spec
-    volumes, mounts = _volumes(server)
+    volumes, adapter_mounts, mounts = _volumes(server)
     container: dict[str, Any] = {
         "name": "vllm",
         "image": spec.image,
         "command": SERVER_COMMAND,
         "args": vllm_args(server),
-        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": _env(server),
         "resources": _resources(server),
         "volumeMounts": mounts,
         # Loading a large model can take many minutes: startup allows 30, then readiness and liveness take over.
-        "startupProbe": http_probe("/v1/models", 10, 180),
-        "readinessProbe": http_probe("/v1/models", 10, 3),
-        "livenessProbe": http_probe("/health", 15, 4),
+        # /health: open even when the server's env sets VLLM_API_KEY (clients' key; vLLM guards /v1 with it).
+        "startupProbe": loopback_probe("/health", 10, 180),
+        "readinessProbe": loopback_probe("/health", 10, 3),
+        "livenessProbe": loopback_probe("/health", 15, 4),
         "securityContext": vllm_security(),
     }
     if spec.env_from:
         container["envFrom"] = [e.wire() for e in spec.env_from]
+    gateway = gateway_container(server, gateway_image, [m["mountPath"] for m in adapter_mounts], adapter_mounts)
+    client_key = [e.wire() for e in spec.env if e.name == VLLM_API_KEY_ENV]
+    if client_key:  # the gateway asks vLLM with the clients' key too (vLLM has one key for every /v1 path)
+        gateway["env"] = client_key
     pod: dict[str, Any] = {
         # The server never calls the Kubernetes API: no token in its pods.
         "automountServiceAccountToken": False,
         "securityContext": root_image_pod(),
-        "containers": [container],
+        "containers": [container, gateway],
         "volumes": volumes,
         # Ready (in the Service) only once the operator has loaded every adapter the server serves into it: a new or
         # restarted replica answers no request for an adapter it does not hold yet.
@@ -210,9 +220,11 @@ def _pod_spec(server: ModelServer) -> dict[str, Any]:
     return pod
 
 
-def build_server_deployment(server: ModelServer) -> dict[str, Any]:
+def build_server_deployment(server: ModelServer, gateway_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
+    """`gateway_image`: the operator's own image, which the gateway container runs."""
     labels = selector(server)
-    return vllm_deployment(_metadata(server), server.spec.replicas, labels, dict(PROMETHEUS), _pod_spec(server))
+    pod = _pod_spec(server, gateway_image)
+    return vllm_deployment(_metadata(server), server.spec.replicas, labels, dict(PROMETHEUS), pod)
 
 
 def build_server_service(server: ModelServer) -> dict[str, Any]:
