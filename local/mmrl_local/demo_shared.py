@@ -3,11 +3,13 @@
 two jobs trained for real, like the main one (KubeRay, Ray, Kueue; a different training sample each), that serve
 into it under one alias, `colors-prod`:
 
-1. the server and colors-v1 are applied together; once v1 passes its gate, the operator's check pod passes its
-   files, the operator loads the adapter into the running server and points the alias at it;
+1. the server and colors-v1 are applied together; once v1 passes its gate, the operator has the running server's
+   gateway load a checked copy of the adapter's files, and points the alias at it;
 2. a client starts asking the alias about a red image, and keeps asking to the end;
 3. colors-v2 trains and passes its gate: the alias moves to v2, and v1 stays loaded;
-4. `mmrl rollback colors-prod --server colors` pins the alias back on v1.
+4. `mmrl rollback colors-prod --server colors` pins the alias back on v1;
+5. a stranger's pod in the namespace tries to unload v1 (and to load, and to move the alias in place) through the
+   server's Service and at its replica's IP: every attempt is refused.
 
 The summary prints what the server's status and vLLM's `/v1/models` say at the end (every adapter and the alias's
 root), the alias's history with each adapter's held-out reward, the client's answers and errors, and how long each
@@ -33,6 +35,7 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_local.stranger import Attempt, attempts, run_stranger
 from mmrl_operator.cli.chat import ask_server
 from mmrl_operator.cli.server_status import render_server_status
 from mmrl_operator.cli.status import recent_events
@@ -116,13 +119,15 @@ class SharedSummary:
     answers: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     rollback: str = ""
+    stranger: list[Attempt] = field(default_factory=list)  # what a pod that is not the operator was answered
     timings: dict[str, float] = field(default_factory=dict)
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        """Every step done, and the client never saw an error."""
-        return not self.error and not self.errors and bool(self.rollback)
+        """Every step done, the client never saw an error, and the stranger changed nothing."""
+        stranger_refused = bool(self.stranger) and all(a.refused for a in self.stranger)
+        return not self.error and not self.errors and bool(self.rollback) and stranger_refused
 
     def render(self) -> str:
         lines = [f"shared serving: ModelServer {self.server}, alias {ALIAS}"]
@@ -140,6 +145,13 @@ class SharedSummary:
         errors = len(self.errors)
         lines.append(f"  a client asking {ALIAS} the whole time: {self.asked} answers ({counts}), {errors} errors")
         lines += [f"    error: {e[:300]}" for e in self.errors[:3]]
+        if self.stranger:
+            refused = sum(a.refused for a in self.stranger)
+            lines.append(f"  a stranger's pod in the namespace: {refused} of {len(self.stranger)} attempts refused")
+            unload = next((a for a in self.stranger if a.what == "unload"), None)
+            shown = [unload] if unload else []
+            shown += [a for a in self.stranger if not a.refused]
+            lines += [f"    {'refused' if a.refused else 'NOT REFUSED'}: {a.line()}" for a in shown]
         if self.timings:
             lines.append("  timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()))
         if self.error:
@@ -217,6 +229,17 @@ class SharedDemo:
             raise RuntimeError(f"mmrl rollback exited {done.returncode}: {done.stderr.strip()[-500:]}")
         return done.stdout.strip()
 
+    def stranger(self, job: str) -> list[Attempt]:
+        """A pod of the namespace that is not the operator tries to unload `job`'s adapter (and more), on the node of
+        the server's replica."""
+        core = client.CoreV1Api(self.api)
+        pods = core.list_namespaced_pod(self.ns, label_selector=f"{c.LABEL_SERVER}={self.server}").items
+        replica = next(p for p in pods if p.status.pod_ip and not p.metadata.deletion_timestamp)
+        adapter = next(a for a in self.status().get("adapters") or [] if a["job"] == job)
+        host = f"{self.status()['service']}.{self.ns}.svc"
+        tries = attempts(host, replica.status.pod_ip, adapter["name"], ALIAS, adapter["path"])
+        return run_stranger(core, self.ns, "stranger", replica.spec.node_name, tries)
+
     def run(self, timeout: float = 900) -> SharedSummary:
         s, t0 = self.summary, time.monotonic()
         (v1, seed1), (v2, seed2) = VERSIONS
@@ -239,7 +262,8 @@ class SharedDemo:
                 s.timings["rollback -> alias back"] = time.monotonic() - asked
                 at = len(asker.answers)
                 self.wait(lambda: len(asker.answers) > at, 60, "an answer after the rollback")
-        except (TimeoutError, RuntimeError, subprocess.SubprocessError) as err:
+                s.stranger = self.stranger(v1)
+        except (TimeoutError, RuntimeError, subprocess.SubprocessError, client.exceptions.ApiException) as err:
             s.error = str(err)[:2000]
         if asker is not None:  # also when a step failed: what the client saw until then
             s.asked, s.answers, s.errors = len(asker.answers), dict(Counter(asker.answers)), asker.errors

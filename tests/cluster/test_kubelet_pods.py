@@ -167,3 +167,36 @@ def test_a_failed_container_that_asks_for_its_log_as_termination_message_gets_it
     assert ended["asks"].exit_code == 3 and ended["asks"].message.splitlines() == [f"line {i}" for i in range(20, 100)]
     assert ended["plain"].exit_code == 3 and not ended["plain"].message
     assert not kubelet.errors
+
+
+def test_an_emptydir_is_the_pods_shared_by_its_containers_and_read_only_where_a_mount_says_so(
+    api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path
+):
+    """A ModelServer replica's gateway writes the staged adapters into an emptyDir that its vLLM container mounts
+    read-only: one directory for the pod, whichever container mounts it."""
+    writes = "open('/shared/copy', 'w').write('staged'); print('written', flush=True)"
+    reads = (
+        "import os, time\n"
+        "while not os.path.exists('/shared/copy'): time.sleep(0.1)\n"
+        "try:\n    open('/shared/mine', 'w')\nexcept OSError as err:\n    print('refused', err.errno, flush=True)\n"
+        "print('read', open('/shared/copy').read(), flush=True)"
+    )
+    with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
+        node = hyperpod_nodes.cpu(kubelet=True)
+        spec = {"nodeName": node, "restartPolicy": "Never", "volumes": [{"name": "shared", "emptyDir": {}}]}
+        spec["containers"] = [
+            {
+                "name": name,
+                "image": "mmrl/trainer:test",
+                "command": ["python", "-c", script],
+                "volumeMounts": [{"name": "shared", "mountPath": "/shared", "readOnly": read_only}],
+            }
+            for name, script, read_only in (("writer", writes, False), ("reader", reads, True))
+        ]
+        core.create_namespaced_pod(namespace, {"metadata": {"name": "sharing"}, "spec": spec})
+        wait_until(
+            lambda: core.read_namespaced_pod("sharing", namespace).status.phase == "Succeeded", 60, what="both done"
+        )
+        said = core.read_namespaced_pod_log("sharing", namespace, container="reader").split()
+    assert said == ["refused", "30", "read", "staged"]  # EROFS for the read-only mount, the writer's file read
+    assert not kubelet.errors

@@ -1,8 +1,10 @@
 """Shared serving end to end: one ModelServer, real vLLM (the CPU build, run by the local kubelet from the server's
-own Deployment), and two jobs whose adapters the operator loads into it at run time, with an alias that moves on a
-promotion and is rolled back while a client keeps asking it. Both sides of the operator ↔
-vLLM contract are real: the operator lists, loads and unloads through vLLM's runtime LoRA API (through the
-apiserver's pod proxy), and each adapter answers, as itself, through the server's Service (`mmrl chat`'s path).
+own Deployment) behind the gateway (this checkout's, as the operator's image), and jobs whose adapters the operator
+loads into it at run time, with an alias that moves on a promotion and is rolled back while a client keeps asking
+it. Every part of the path is real: the operator lists, loads and unloads through each replica's gateway (the
+apiserver's pod proxy, the server's admin key), the gateway stages checked copies and has vLLM load them, and each
+adapter answers, as itself, through the server's Service (`mmrl chat`'s path). Strangers' pods, in the namespace and
+outside it, try vLLM's runtime LoRA API and the gateway's admin API from the pod network, and change nothing.
 
 The jobs train on the KubeRay stand-in (their training is not what is tested here); their adapters are real PEFT
 exports of the tiny model, made and reported with the trainer's own export and report code, with weights that
@@ -23,15 +25,10 @@ from kubernetes import client
 from mmrl_api import constants as c
 from mmrl_api import parse_job
 from mmrl_local.cluster import storage
-from mmrl_local.cluster.nodes import (
-    DEDICATED_LABEL,
-    create_cpu_node,
-    create_dedicated_node,
-    dedicated_taint,
-    delete_node,
-)
+from mmrl_local.cluster.nodes import DEDICATED_LABEL, create_dedicated_node, dedicated_taint, delete_node
 from mmrl_local.demo_shared import KeepAsking
 from mmrl_local.node.kubelet import Kubelet
+from mmrl_local.stranger import attempts, run_stranger
 from mmrl_operator.cli.chat import ask, ask_server
 from mmrl_operator.cli.rollback import pins_after, previous_target
 from mmrl_operator.core.names import job_dir
@@ -58,8 +55,8 @@ ALIAS = "colors-prod"
 GATE = {"heldOutRewardAtLeast": 0.1}
 
 
-def job_doc(name: str, checker: str) -> dict[str, Any]:
-    """The example job, served from SERVER; `checker`: the kubelet-run node its adapter check pod goes to."""
+def job_doc(name: str) -> dict[str, Any]:
+    """The example job, served from SERVER."""
     doc = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
     doc["metadata"] = {"name": name}
     doc["spec"]["inference"] = {
@@ -67,7 +64,6 @@ def job_doc(name: str, checker: str) -> dict[str, Any]:
         "servedModelName": f"{name}-lora",
         "alias": ALIAS,
         "promoteWhen": GATE,
-        "nodeSelector": {"kubernetes.io/hostname": checker},
     }
     return doc
 
@@ -115,6 +111,13 @@ class Cluster:
         data = proxy_json(self.api, "GET", self.ns, f"{SERVER}-vllm", 8000, "/v1/models", deadline=10)["data"]
         return {m["id"]: m.get("root", "") for m in data}
 
+    def held(self) -> tuple[dict[str, str], list[tuple[str, str, tuple[str, ...]]]]:
+        """What the server holds: its Service's /v1/models, and its status's adapters and aliases (where loaded)."""
+        st = self.server()
+        names = [(a["name"], a.get("digest", ""), tuple(a.get("loadedOn") or [])) for a in st.get("adapters") or []]
+        names += [(a["name"], a.get("digest", ""), tuple(a.get("loadedOn") or [])) for a in st.get("aliases") or []]
+        return self.models(), sorted(names)
+
     def replica(self) -> str | None:
         pods = self.core.list_namespaced_pod(self.ns, label_selector=f"{c.LABEL_SERVER}={SERVER}").items
         ready = [
@@ -128,20 +131,17 @@ class Cluster:
 
 @dataclass
 class ServingNodes:
-    checker: str  # the HyperPod CPU node the jobs' adapter check pods go to
+    node: str  # the node kept for the server (the strangers' pods run there too)
     kubelet: Kubelet
 
 
 @pytest.fixture
 def serving_node(control_plane, api_client, pod_network, tmp_path):
-    """A node kept for the server, and a HyperPod CPU node for the jobs' adapter check pods, both run by the
-    kubelet."""
+    """A node kept for the server, run by the kubelet."""
     core = client.CoreV1Api(api_client)
     with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
         node = create_dedicated_node(core, ROLE)
-        checker = create_cpu_node(core, kubelet=True)
-        yield ServingNodes(checker, kubelet)
-        delete_node(core, checker)
+        yield ServingNodes(node, kubelet)
         delete_node(core, node)
     assert not kubelet.errors, f"the kubelet's loop failed: {kubelet.errors[-3:]}"
 
@@ -181,7 +181,7 @@ def alias_target(cluster: Cluster) -> tuple[str, bool] | None:
 
 
 def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_without_errors_and_a_restart_reloads(
-    api_client, namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
+    api_client, namespace, other_namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
 ) -> None:
     cluster = Cluster(api_client, namespace)
     host = storage.create_hostpath_claim(cluster.core, namespace, CLAIM, tmp_path / "claim")
@@ -190,22 +190,43 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     cluster.create(c.SERVER_PLURAL, server_doc())
     for name in ("alpha", "beta", "gamma"):
         kuberay.script(f"{name}-a*", "succeed-after=1")
-        cluster.create(c.PLURAL, job_doc(name, serving_node.checker))
+        cluster.create(c.PLURAL, job_doc(name))
 
     # alpha finishes first: vLLM starts with the base model only, then the operator loads alpha's adapter and points
     # the alias at it.
     started = time.monotonic()
     alpha_dir = report(cluster, host, tiny, "alpha", seed=1, reward=0.5)
     wait_on_vllm(cluster, serving_node.kubelet, lambda: cluster.ready("alpha").get("status") == "True", "alpha served")
-    check = cluster.job("alpha")["inference"]["adapterCheck"]  # its own check pod passed the files first
-    assert check["sha256"] == cluster.job("alpha")["adapter"]["sha256"]
+    # The replica's gateway loaded a copy of exactly the files the trainer reported (their digest).
+    (entry,) = [a for a in cluster.server()["adapters"] if a["job"] == "alpha"]
+    assert entry["digest"] == cluster.job("alpha")["adapter"]["digest"] and entry["loadedOn"]
 
-    # gamma's files were changed after its export (alpha's weights in its directory): its check pod refuses them,
-    # the job fails with the rule named, and the server never loads them.
+    # gamma's files were changed after its export (alpha's weights in its directory): the gateway refuses its copy
+    # by digest, gamma's InferenceReady says so, and it never answers or takes the alias (alpha holds it).
     report(cluster, host, tiny, "gamma", seed=3, reward=0.9, swap=alpha_dir)
-    wait_until(lambda: cluster.job("gamma").get("phase") == "Failed", 120, what="gamma's check refusing it")
-    assert "sha256" in cluster.ready("gamma")["message"], cluster.ready("gamma")
+    wait_until(lambda: cluster.ready("gamma").get("reason") == "AdapterLoadFailed", 120, what="gamma refused")
+    assert "digest" in cluster.ready("gamma")["message"], cluster.ready("gamma")
     wait_until(lambda: alias_target(cluster) == ("alpha", False), 60, what=f"{ALIAS} on alpha")
+    assert "gamma-lora" not in cluster.models()
+
+    # Strangers: a pod of the namespace that is not the operator, and one of another namespace, try to load, unload
+    # and load in place, through the Service and at the replica's IP, and the gateway's admin API with no key or a
+    # guessed one. Each is refused, and what the server holds is unchanged.
+    replica = cluster.replica()
+    assert replica is not None
+    pod_ip = cluster.core.read_namespaced_pod(replica, namespace).status.pod_ip
+    before = cluster.held()
+    tries = attempts(f"{SERVER}-vllm.{namespace}.svc", pod_ip, "alpha-lora", ALIAS, str(alpha_dir))
+    for ns in (namespace, other_namespace):
+        got = run_stranger(cluster.core, ns, "stranger", serving_node.node, tries)
+        assert len(got) == len(tries) and all(a.refused for a in got), [a.line() for a in got if not a.refused]
+        by_what = {(a.what, a.url.split("/")[2]): a.status for a in got}
+        assert by_what[("unload", f"{pod_ip}:8000")] == 403 and by_what[("admin unload", f"{pod_ip}:8000")] == 401
+        assert by_what[("unload at vLLM's own port", f"{pod_ip}:8001")] is None  # vLLM listens on loopback only
+    assert cluster.held() == before
+    # gamma goes (until a refused adapter is quarantined, #44, every pass would try its files again).
+    cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "gamma")
+    wait_until(lambda: "gamma-lora" not in {a["name"] for a in cluster.server()["adapters"]}, 60, what="gamma gone")
     first_ready = time.monotonic() - started
     alpha = ask(api_client, namespace, "alpha", QUESTION)[0]  # `mmrl chat alpha`
     base = ask_server(api_client, namespace, SERVER, cluster.server()["model"], QUESTION)[0]

@@ -2,7 +2,9 @@
 
 The lifecycle is the kubelet's. The pod gets its network namespace (``podnet``) with the IP the kubelet gave it;
 init containers run one after the other to completion; then every container starts with its own ``command`` and
-``args`` exactly as the pod spec has them, through ``mountns``: the pod's volumes at their mount paths, a private
+``args`` exactly as the pod spec has them, through ``mountns``: the pod's volumes at their mount paths (an emptyDir
+on disk is the pod's, shared by its containers and kept across their restarts; a memory-backed one is each
+container's own tmpfs), a private
 ``/tmp``, the pod's ``/etc/hosts`` (``etchosts``), a UTS namespace whose hostname is the pod's name and a PID
 namespace of its own, so a container that exits takes every process it started with it. "The image" is this
 machine: ``image_env(image)`` gives the environment an image would set. Readiness probes decide Ready; a container
@@ -166,6 +168,7 @@ class PodWorker:
         self.containers = [Container(c) for c in pod["spec"]["containers"]]
         self.policy = pod["spec"].get("restartPolicy") or "Always"
         self.hosts = workdir / "etc-hosts"
+        self.pod_volumes = workdir / "volumes"  # the pod's emptyDirs: its containers share them
         self._hosts_text: str | None = None  # what the hosts file holds
         self.started_at = now_iso()
         self.phase, self.message = "Pending", ""
@@ -278,7 +281,8 @@ class PodWorker:
             bundle = self.workdir / kind / c.name / "bundle"
             c.oci = image_run.ImageContainer(images.storage(), image, bundle, f"mmrl-{self.uid[:8]}-{c.name}")
         oci = c.oci
-        view = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, oci.env).view(self.pod, c.name)
+        materialiser = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, oci.env, self.pod_volumes)
+        view = materialiser.view(self.pod, c.name)
         security = oci_spec.merged_security(self.pod["spec"], c.spec)
         argv = oci_spec.process_args(oci.config, c.spec.get("command"), c.spec.get("args"))
         root = oci.prepare()
@@ -298,7 +302,9 @@ class PodWorker:
 
     def _spawn_here(self, c: Container, kind: str) -> None:
         """Run the container on this machine's files, with the environment its image stands for (``image_env``)."""
-        materialiser = podrun.PodMaterialiser(self.api, self.workdir / kind / c.name, self.image_env(c.spec["image"]))
+        materialiser = podrun.PodMaterialiser(
+            self.api, self.workdir / kind / c.name, self.image_env(c.spec["image"]), self.pod_volumes
+        )
         view = materialiser.view(self.pod, c.name)
         # What a container's own filesystem gives it and this machine's does not: a private /tmp (Ray keeps
         # /tmp/ray/ray_current_cluster there) and a private, empty home (Ray reads ~/.ray/auth_token).

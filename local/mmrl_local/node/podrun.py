@@ -68,10 +68,19 @@ def local_image_env() -> dict[str, str]:
 
 
 class PodMaterialiser:
-    def __init__(self, api: client.ApiClient, workdir: Path, image_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        workdir: Path,
+        image_env: dict[str, str] | None = None,
+        pod_volumes: Path | None = None,
+    ) -> None:
+        """`workdir`: this container's files; `pod_volumes`: where the pod's emptyDirs live, shared by its containers
+        and kept across their restarts, as a kubelet keeps them (default: under `workdir`)."""
         self.api = api
         self.core = client.CoreV1Api(api)
         self.workdir = workdir
+        self.pod_volumes = pod_volumes or workdir / "volumes"
         self.image_env = dict(image_env if image_env is not None else local_image_env())
 
     # -- lookups ---------------------------------------------------------------------------------------------
@@ -153,6 +162,7 @@ class PodMaterialiser:
         if "emptyDir" in volume:
             if (volume["emptyDir"] or {}).get("medium") == "Memory":
                 return None, True
+            directory = self.pod_volumes / name
             directory.mkdir(parents=True, exist_ok=True)
             os.chmod(directory, 0o777)  # as the kubelet makes it: writable by a container's non-root user
             return str(directory), False

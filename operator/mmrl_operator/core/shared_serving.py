@@ -252,9 +252,11 @@ def alias_targets(
     server: ModelServer, held: list[ServedAdapter], previous: list[AliasStatus], now: str
 ) -> list[AliasStatus]:
     """Where each alias points after this pass. A pin (spec.aliasPins: a rollback) holds it on its job's adapter;
-    otherwise it follows the latest promotion: of the held adapters whose jobs claim it, the one the server took last.
-    An alias nobody claims any more keeps pointing where it did while that adapter is held. Each move closes the
-    previous entry of its history and opens one."""
+    otherwise it follows the latest promotion: of the held adapters whose jobs claim it and that some replica
+    loaded (at the last pass), the one the server took last. So an alias moves only to files that loaded: one a
+    replica's gateway refuses (its digest or vLLM's rules) never takes it. An alias nobody claims any more keeps
+    pointing where it did while that adapter is held. Each move closes the previous entry of its history and opens
+    one."""
     pins = {p.alias: p.job for p in server.spec.alias_pins}
     by_job = {e.job: e for e in held}
     claims: dict[str, list[ServedAdapter]] = {}
@@ -264,15 +266,17 @@ def alias_targets(
     before = {a.name: a for a in previous}
     out: list[AliasStatus] = []
     for name in sorted(set(claims) | set(before) | set(pins)):
+        current = before[name].job if name in before else None
+        eligible = [e for e in claims.get(name, []) if e.loaded_on or e.job == current]
         pinned = pins.get(name) in by_job
         if pinned:
             target = by_job[pins[name]]
-        elif claims.get(name):
-            target = max(claims[name], key=lambda e: (e.since or "", e.job))
-        elif name in before and before[name].job in by_job:
-            target = by_job[before[name].job]
+        elif eligible:
+            target = max(eligible, key=lambda e: (e.since or "", e.job))
+        elif current is not None and current in by_job:
+            target = by_job[current]
         else:
-            continue  # nothing held to point at: the alias goes
+            continue  # nothing loaded to point at: no alias (yet), or it goes
         history = list(before[name].history) if name in before else []
         if not history or history[-1].job != target.job:
             if history and history[-1].until is None:

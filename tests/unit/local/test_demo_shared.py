@@ -11,6 +11,7 @@ from mmrl_api import JobStatus, MultimodalRLJob
 from mmrl_api.model_server import parse_server
 from mmrl_local.demo import THROUGH_KUEUE, job_document
 from mmrl_local.demo_shared import ALIAS, SERVER_EXAMPLE, VERSIONS, SharedSummary, shared_job
+from mmrl_local.stranger import Attempt
 from mmrl_operator.core.jsonmerge import merge_patch
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.core.shared_serving import Candidate, candidate
@@ -52,9 +53,17 @@ def test_both_versions_are_valid_jobs_on_their_own_samples_that_the_example_serv
     assert len(samples) == 2
 
 
-def test_the_summary_is_ok_only_when_every_step_ran_and_no_question_failed() -> None:
-    done = SharedSummary(server="colors", rollback="pinned colors-prod to job colors-v1", asked=3, answers={"red": 3})
+def test_the_summary_is_ok_only_when_every_step_ran_no_question_failed_and_the_stranger_was_refused() -> None:
+    refused = Attempt("unload", "http://colors-vllm.default.svc:8000/v1/unload_lora_adapter", 403, '{"message": "no"}')
+    done = SharedSummary(
+        server="colors", rollback="pinned colors-prod to job colors-v1", asked=3, answers={"red": 3}, stranger=[refused]
+    )
     assert done.ok and "3 answers (3 x 'red'), 0 errors" in done.render()
+    assert "1 of 1 attempts refused" in done.render() and "refused: unload at http://colors-vllm" in done.render()
+    taken = Attempt("admin unload", "http://10.0.0.5:8000/mmrl/v1/adapters/unload", 200, "{}")
+    assert not SharedSummary(server="colors", rollback="pinned", stranger=[refused, taken]).ok
+    assert "NOT REFUSED: admin unload" in SharedSummary(server="colors", stranger=[taken]).render()
+    assert not SharedSummary(server="colors", rollback="pinned").ok  # the stranger never ran
     assert not SharedSummary(server="colors", rollback="pinned", errors=["ApiException: 503"]).ok
     assert not SharedSummary(server="colors", rollback="pinned", error="colors-prod moved to colors-v2 within 120s").ok
     assert not SharedSummary(server="colors").ok  # never rolled back

@@ -227,7 +227,7 @@ def claim(name: str, since: str, reward: float, alias: str = "geo-prod") -> Serv
     status = trained(j, evaluation={"heldOutReward": reward, "baselineReward": 0.0, "step": 10}, digest=digest)
     got = candidate(j, status, server())
     assert isinstance(got, Candidate) and got.alias == alias
-    return got.served(since)
+    return got.served(since).model_copy(update={"loaded_on": ["r1"]})
 
 
 def test_an_alias_follows_the_latest_promotion_keeps_its_history_and_a_pin_rolls_it_back() -> None:
@@ -255,6 +255,20 @@ def test_an_alias_follows_the_latest_promotion_keeps_its_history_and_a_pin_rolls
     assert still.job == "geo-v1" and len(still.history) == 3
     (followed,) = alias_targets(server(), [v1, v2, v3], [still], "2026-10-01T12:00:00Z")
     assert followed.job == "geo-v3" and not followed.pinned
+
+
+def test_an_alias_moves_only_to_an_adapter_some_replica_loaded() -> None:
+    """A newer claim whose files every replica's gateway refused (a changed file, say) never takes the alias; a
+    first adapter gets it once loaded."""
+    v1 = claim("geo-v1", "2026-10-01T08:00:00Z", 0.5)
+    assert alias_targets(server(), [v1.model_copy(update={"loaded_on": []})], [], NOW) == []  # not loaded yet
+    (first,) = alias_targets(server(), [v1], [], NOW)
+    refused = claim("geo-v2", "2026-10-01T09:00:00Z", 0.9).model_copy(update={"loaded_on": [], "error": "409"})
+    (still,) = alias_targets(server(), [v1, refused], [first], NOW)
+    assert still.job == "geo-v1" and [h.job for h in still.history] == ["geo-v1"]
+    # The current target keeps the alias while its replica restarts (loaded nowhere for a moment).
+    (kept,) = alias_targets(server(), [v1.model_copy(update={"loaded_on": []}), refused], [still], NOW)
+    assert kept.job == "geo-v1"
 
 
 def test_an_alias_stays_on_its_adapter_while_held_and_goes_with_it() -> None:
