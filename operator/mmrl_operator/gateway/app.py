@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from mmrl_operator.gateway.proxy import Proxy, error
 from mmrl_operator.gateway.staging import DEFAULT_LIMITS, Store
 from mmrl_operator.gateway.upstream import VLLM
 
+log = logging.getLogger("mmrl.gateway")
 ADMIN_BODY = 64 << 10  # a load request is a few hundred bytes
 
 
@@ -86,6 +88,13 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
     store = Store(settings.store, settings.adapter_roots, settings.limits, settings.max_lora_rank)
     parts.admin = admin = Admin(store, VLLM(session, settings.upstream, settings.vllm_api_key), settings.admin_key_file)
     parts.proxy = Proxy(session, settings.upstream, settings.max_request_bytes)
+    log.info(
+        "gateway up: vLLM at %s, store %s, %d adapter names held, adapters staged from %s",
+        settings.upstream,
+        settings.store,
+        len(admin.held),
+        ", ".join(settings.adapter_roots) or "nowhere",
+    )
     resync = asyncio.create_task(admin.resync_forever()) if settings.resync else None
     try:
         yield
