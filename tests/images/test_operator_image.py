@@ -1,6 +1,6 @@
 """Facts about the operator image that `make images` builds from docker/operator.Dockerfile, checked on the image
-itself: its processes run as a non-root uid, it holds no compiler, its Python cannot import torch, and its entrypoint
-answers `--help` within 5 s.
+itself: its processes run as a non-root uid, it holds no compiler, its Python cannot import torch, its entrypoint
+answers `--help` within 5 s, and a shared server's gateway runs from it.
 
 Each process starts from the image's config (entrypoint, user, env, working directory) through runc
 (``mmrl_local.node.image_run``), under the chart's restricted pod security (read-only root, no capabilities). 5 s is
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import struct
 
 import pytest
 
 from mmrl_local.node import image_run
+from mmrl_local.node.mountns import Mount
 from mmrl_local.toolchain import images_build
 
 HELP_SECONDS = 5.0
@@ -89,3 +91,43 @@ def test_operator_image_keeps_nothing_of_the_build_hosts_pip_setup(image) -> Non
         pip_conf = built / "etc" / "pip.conf"
         assert not (base / "etc" / "pip.conf").exists()
         assert not pip_conf.exists() or pip_conf.stat().st_size == 0
+
+
+# In the image: stage the adapter mounted at /ckpt into the store, and say what was made, by whom, and whether the
+# Kubernetes client or kopf came along.
+STAGE = """
+import json, os, sys
+from mmrl_api.adapter_digest import tree_digest
+from mmrl_operator.gateway.staging import Store
+import mmrl_operator.gateway.app
+digest = tree_digest("/ckpt/job/adapter")
+path, reused = Store("/mnt/adapter", ["/ckpt"]).stage("/ckpt/job/adapter", digest)
+print(json.dumps({
+    "staged": [path == f"/mnt/adapter/{digest}", sorted(os.listdir(path)), oct(os.stat(path).st_mode & 0o777)],
+    "owner": os.stat(path).st_uid,
+    "kube": sorted(m for m in sys.modules if m.split(".")[0] in ("kopf", "kubernetes")),
+}))
+"""
+
+
+def test_the_gateway_runs_in_the_operator_image_as_its_user_on_a_read_only_root(image, tmp_path) -> None:
+    """A ModelServer replica's gateway runs from this image (restricted: user 10001, read-only root): it stages a
+    checked, sealed copy of an adapter into its store (an emptyDir, writable) from a read-only adapter mount, and
+    needs neither kopf nor the Kubernetes client."""
+    adapter, store = tmp_path / "claim" / "job" / "adapter", tmp_path / "store"
+    adapter.mkdir(parents=True)
+    config = {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"], "bias": "none"}
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    tensor = "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"
+    header = json.dumps({tensor: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (adapter / "adapter_model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    store.mkdir()
+    store.chmod(0o777)  # as a kubelet makes an emptyDir
+    mounts = [Mount("/ckpt", str(tmp_path / "claim"), read_only=True), Mount("/mnt/adapter", str(store))]
+    done = image_run.run(image.image, command=["python", "-c", STAGE], mounts=mounts)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["staged"] == [True, ["adapter_config.json", "adapter_model.safetensors"], "0o555"]
+    assert (found["owner"], found["kube"]) == (10001, [])
+    helped = image_run.run(image.image, command=["python", "-m", "mmrl_operator.gateway", "--help"])
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m mmrl_operator.gateway"), helped
