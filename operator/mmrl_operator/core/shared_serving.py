@@ -27,23 +27,20 @@ from typing import Any
 
 from mmrl_api import MultimodalRLJob, adapter_rules
 from mmrl_api.context_budget import spec_max_model_len
-from mmrl_api.gateway_contract import Listing
 from mmrl_api.model_server import (
     ALIAS_HISTORY,
     AliasMove,
     AliasStatus,
     ModelServer,
-    ModelServerStatus,
     RefusedAdapter,
     ServedAdapter,
 )
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as server_build
-from mmrl_operator.core.builders.gateway import GATEWAY
 from mmrl_operator.core.builders.inference import adapter_name, model_path, served_base_name, training_processor_kwargs
-from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
 from mmrl_operator.core.names import job_dir, job_uid
 from mmrl_operator.core.promotion import gate_verdict
+from mmrl_operator.core.server_replicas import Wanted
 
 TRAINED_PHASES = ("Succeeded", "Serving")
 
@@ -298,15 +295,6 @@ def alias_targets(
     return out
 
 
-@dataclass(frozen=True)
-class Wanted:
-    """One LoRA name a replica must hold: the adapter directory its copy is staged from, and the copy's digest."""
-
-    path: str
-    digest: str
-    base_model: str = ""
-
-
 def desired_names(
     held: list[ServedAdapter], aliases: list[AliasStatus], base_models: dict[str, str] | None = None
 ) -> dict[str, Wanted]:
@@ -317,21 +305,6 @@ def desired_names(
     for a in aliases:
         want[a.name] = Wanted(a.path, a.digest, models.get(a.job, ""))
     return want
-
-
-def replica_holds(listing: Listing) -> dict[str, str]:
-    """{name: digest} of what a replica serves: loaded by its gateway and held by its vLLM from that copy."""
-    return {name: held.digest for name, held in listing.adapters.items() if held.loaded}
-
-
-def replica_plan(want: dict[str, Wanted], listing: Listing) -> tuple[list[tuple[str, Wanted, bool]], list[str]]:
-    """(names to load as (name, what, in place), names to unload) for one replica: what it lacks or holds from other
-    files (an alias that moved: loaded in place, since vLLM holds the name), and what it holds that the server does
-    not (its gateway's names, and any other vLLM lists)."""
-    holds, in_vllm = replica_holds(listing), set(listing.vllm or {})
-    load = [(name, w, name in in_vllm) for name, w in want.items() if holds.get(name) != w.digest]
-    unload = sorted(name for name in set(listing.adapters) | in_vllm if name not in want)
-    return load, unload
 
 
 def job_view(job: MultimodalRLJob, server: dict[str, Any] | None) -> tuple[bool, str, str]:
@@ -356,41 +329,6 @@ def job_view(job: MultimodalRLJob, server: dict[str, Any] | None) -> tuple[bool,
             f"adapter {name} is loaded on {loaded} of {ready} ready replicas of {server_name}",
         )
     return True, "AdapterServed", f"adapter {name} answers at {st.get('url')} on server {server_name}"
-
-
-def vllm_up(pod: dict[str, Any]) -> bool:
-    """Whether the replica can be listed and loaded into, whatever its readiness says: its vLLM answers (its
-    container passed its readiness probe) and its gateway runs (it may be not ready while it loads adapters again)."""
-    statuses = {cs.get("name"): cs for cs in (pod.get("status") or {}).get("containerStatuses") or []}
-    vllm, gateway = statuses.get("vllm") or {}, statuses.get(GATEWAY) or {}
-    return vllm.get("ready") is True and "running" in (gateway.get("state") or {})
-
-
-def announced_names(status: ModelServerStatus | None) -> set[str]:
-    """The names the server already serves: loaded on some replica at the last pass. A replica is Ready only
-    while it holds all of them; a name being loaded for the first time is not among them, so one adapter that fails
-    to load never takes a replica out of the Service."""
-    if status is None:
-        return set()
-    return {e.name for e in status.adapters if e.loaded_on} | {a.name for a in status.aliases if a.loaded_on}
-
-
-def gate_condition(holds: set[str] | None, announced: set[str], now: str) -> dict[str, Any]:
-    """The replica's readiness-gate condition: True once it answers and holds every announced name. `holds` None:
-    its vLLM is not up, or did not answer its listing."""
-    if holds is None:
-        ok, reason, message = False, "VLLMNotUp", "vLLM does not answer yet; its adapters are loaded once it does"
-    elif missing := sorted(announced - holds):
-        ok, reason, message = False, "AdaptersLoading", f"loading {', '.join(missing)}"
-    else:
-        ok, reason, message = True, "AdaptersLoaded", f"holds every adapter the server serves ({len(holds)})"
-    return {
-        "type": ADAPTERS_LOADED,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now,
-    }
 
 
 PROGRESSING = ("AdapterLoading", "AdapterServed")  # the job's InferenceReady reasons that need no one's action

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mmrl_api.gateway_contract import ADAPTERS, ADMIN_KEY_HEADER, LOAD, PORT, UNLOAD, Listing, LoadRequest
-from mmrl_operator.core.shared_serving import Wanted, replica_plan
+from mmrl_operator.core.server_replicas import Wanted, replica_plan
 from mmrl_operator.runtime.kube import Kube
 from mmrl_operator.runtime.service_proxy import describe_error
 

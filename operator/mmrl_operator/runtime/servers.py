@@ -32,17 +32,8 @@ from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_s
 from mmrl_operator.core.names import admin_secret_name, object_uid
 from mmrl_operator.core.observed import pod_problem
 from mmrl_operator.core.ownership import controlled_by, controller_of
-from mmrl_operator.core.shared_serving import (
-    Candidate,
-    Refusal,
-    alias_targets,
-    announced_names,
-    candidate,
-    desired_names,
-    gate_condition,
-    held_set,
-    vllm_up,
-)
+from mmrl_operator.core.server_replicas import announced_names, fronted, gate_condition, vllm_up
+from mmrl_operator.core.shared_serving import Candidate, Refusal, alias_targets, candidate, desired_names, held_set
 from mmrl_operator.runtime.adapter_loader import sync_replica
 from mmrl_operator.runtime.caches import (
     DEPLOYMENTS,
@@ -247,6 +238,9 @@ class ServerController:
         errors: dict[str, str] = {}
         unfinished = False
         for pod in self.replicas(server):
+            if not fronted(pod):  # from before the gateway: left alone until the roll-out replaces it
+                unfinished = True
+                continue
             name = pod["metadata"]["name"]
             holds: set[str] | None = None
             if vllm_up(pod):

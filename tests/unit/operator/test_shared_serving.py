@@ -15,16 +15,15 @@ from mmrl_api.gateway_contract import Listing
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
 from mmrl_api.status import JobStatus
 from mmrl_operator.core.names import job_dir
+from mmrl_operator.core.server_replicas import Wanted, replica_plan
 from mmrl_operator.core.shared_serving import (
     Candidate,
     Refusal,
-    Wanted,
     alias_targets,
     candidate,
     desired_names,
     held_set,
     job_view,
-    replica_plan,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -309,7 +308,7 @@ def cand_of(entry: ServedAdapter) -> Candidate:
 
 def test_a_replica_is_ready_only_once_it_holds_every_name_the_server_already_serves() -> None:
     from mmrl_api.model_server import ModelServerStatus
-    from mmrl_operator.core.shared_serving import announced_names, gate_condition, vllm_up
+    from mmrl_operator.core.server_replicas import announced_names, fronted, gate_condition, vllm_up
 
     status = ModelServerStatus.model_validate(
         {
@@ -332,6 +331,9 @@ def test_a_replica_is_ready_only_once_it_holds_every_name_the_server_already_ser
     assert vllm_up(up) and not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": False}, gateway]}})
     gone = {"name": "gateway", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
     assert not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": True}, gone]}})
+    # A replica of a Deployment from before the gateway is left as it is until the roll-out replaces it.
+    assert fronted({"spec": {"containers": [{"name": "vllm"}, {"name": "gateway"}]}})
+    assert not fronted({"spec": {"containers": [{"name": "vllm"}]}})
 
 
 def test_a_refused_job_is_stalled_and_one_being_loaded_is_not() -> None:
