@@ -2,7 +2,8 @@
 
 For N = 1, 2, 4 LoRA adapters of the tiny Qwen3-VL:
 - shared: ONE vLLM started with the command line a ModelServer's Deployment runs (`build_server_deployment`), the N
-  adapters loaded at run time through `/v1/load_lora_adapter`, as the operator loads them;
+  adapters loaded at run time through `/v1/load_lora_adapter`, as the replica's gateway loads them (without the
+  gateway's copy: the gateway's cost is the copy of each adapter, tests/e2e/test_gateway_vllm.py);
 - dedicated: N vLLMs started at once, each with the command line a job's own Deployment runs (`build_deployment`,
   its adapter in `--lora-modules`).
 Memory is the resident set of each server's whole process tree (vLLM runs its engine in a child process), read once
@@ -141,7 +142,9 @@ def shared(model: Path, adapters: list[Path], work: Path) -> dict[str, Any]:
             "hyperpod": False,
         },
     }
-    (container,) = build_server_deployment(parse_server(doc))["spec"]["template"]["spec"]["containers"]
+    # vLLM's container (its args put it on loopback; with_port moves it): the bench loads through vLLM's own API, as
+    # the replica's gateway does, since what is measured is vLLM's memory and load time, not the gateway's copy.
+    container = build_server_deployment(parse_server(doc))["spec"]["template"]["spec"]["containers"][0]
     port, log = free_port(), work / "shared.log"
     began = time.monotonic()
     proc = start(with_port(container["args"], port), log)

@@ -145,10 +145,20 @@ def export_adapter(peft_model, export_dir: str | Path, *, base_model: str | None
         cfg["base_model_name_or_path"] = base_model
         cfg_file.write_text(json.dumps(cfg, indent=2))
     info = check_adapter_dir(staging, base_model=base_model)
+    readable_by_all(staging)
     if target.exists():
         shutil.rmtree(target)
     os.replace(staging, target)
     return AdapterInfo(**{**info.__dict__, "path": target})
+
+
+def readable_by_all(root: Path) -> None:
+    """Directories 0755, files 0644: a server runs as another user than the trainer (a shared server's gateway as
+    the operator image's), and mkdtemp (0700) or a strict umask would keep it out."""
+    for dirpath, _dirs, files in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o644)
 
 
 def copy_adapter(source: str, dest: Path) -> None:

@@ -126,6 +126,14 @@ class Store:
             raise Refused(422, f"the adapter at {source} is refused: {err}") from err
         except FileNotFoundError as err:
             raise Refused(404, f"no adapter directory at {source}") from err
+        except PermissionError as err:
+            raise Refused(
+                403,
+                f"the gateway (user {os.getuid()}) cannot read {err.filename or source} under {source}: the adapter's "
+                "directories and files must be readable by other users (the trainer exports them so)",
+            ) from err
+        except OSError as err:
+            raise Refused(500, f"the adapter at {source} could not be read: {err}") from err
         if found != digest:
             raise Refused(
                 409,

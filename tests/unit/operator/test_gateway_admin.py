@@ -208,3 +208,23 @@ def _vllm_of(gw):  # type: ignore[no-untyped-def]
     from mmrl_operator.gateway.upstream import VLLM
 
     return VLLM(gw.client, gw.settings.upstream)
+
+
+def test_an_adapter_the_gateway_may_not_read_is_refused_with_what_to_change(tmp_path: Path, monkeypatch) -> None:
+    """The gateway runs as the operator image's user: a directory only its owner may read (mkdtemp's 0700, say) is
+    refused with the fix, not a 500."""
+    from mmrl_operator.gateway import staging
+
+    def denied(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied", "adapter")
+
+    async def test() -> None:
+        async with gateway(tmp_path) as gw:
+            source = tmp_path / "claim" / "job" / "adapter"
+            digest = write_adapter(source)
+            monkeypatch.setattr(staging, "read_tree", denied)
+            status, answer = await gw.call("POST", LOAD, **load("geo", source, digest))
+            assert status == 403 and "readable by other users" in answer["message"], answer
+            assert os.listdir(tmp_path / "store") == []
+
+    run(test)

@@ -4,6 +4,7 @@ the init-container command applies them to real files and exits 3 with one error
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +169,17 @@ def test_the_report_carries_the_digest_of_every_file_config_included(tmp_path: P
     (path / "adapter_config.json").write_text(json.dumps(config(lora_alpha=64)))
     assert check_adapter_dir(path).digest != info.digest
     assert check_adapter_dir(path).sha256 == info.sha256  # the weights' digest alone does not see the config
+
+
+def test_an_export_is_readable_by_other_users_as_a_server_reads_it(tmp_path: Path) -> None:
+    """The export's staging directory comes from mkdtemp (0700); a server runs as another user (a shared server's
+    gateway as the operator image's user), so the exported directory must be world-readable."""
+    from mmrl_trainer.adapter import export_adapter
+
+    class Peft:  # what export_adapter asks of a PEFT model
+        def save_pretrained(self, out: Path) -> None:
+            adapter(Path(out))
+
+    info = export_adapter(Peft(), tmp_path / "job" / "adapter", base_model=BASE)
+    assert stat.S_IMODE(info.path.stat().st_mode) == 0o755
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o044 == 0o044 for p in info.path.iterdir())

@@ -194,11 +194,12 @@ def checked_skyrl_config(overrides: dict[str, Any]) -> Any:
 
 def _finish_adapter(source: Path, target: Path, cfg: TrainerConfig) -> Path:
     """`source`'s adapter copied to `target`, named for the model we trained, and checked for vLLM."""
-    from mmrl_trainer.adapter import check_adapter_dir
+    from mmrl_trainer.adapter import check_adapter_dir, readable_by_all
 
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target)
+    readable_by_all(target)  # copytree keeps the source's modes; a server reads it as another user
     # We know which model was trained; SkyRL may have recorded a resolved local path of it instead.
     cfg_file = target / "adapter_config.json"
     adapter_cfg = json.loads(cfg_file.read_text())
