@@ -14,11 +14,12 @@ _PARALLEL_ORDER = ("tests/e2e", "tests/cluster", "tests/trainer", "tests/skyrl")
 #   KubeRay contract test's per-scenario comparisons read what its two side tests recorded in that process. The
 #   SkyRL image-features test serves a real vLLM for minutes too, and the shared-serving e2e test trains two jobs
 #   and serves them from a real vLLM (outside a chain it made a third, and on a cold run both e2e tests ran past
-#   their 900 s beside each other).
+#   their 900 s beside each other). The gateway's contract test serves a real vLLM.
 # - leftover-names: both files add unregistered namespaces and links that the other's snapshots would count.
 _SHARE_A_WORKER = {
     "tests/e2e/test_demo_path.py": "real-ray-demo",
     "tests/e2e/test_shared_serving.py": "real-ray",
+    "tests/e2e/test_gateway_vllm.py": "real-ray-demo",
     "tests/cluster/test_demo_mlflow.py": "real-ray",
     "tests/cluster/test_kuberay_contract.py": "real-ray",
     "tests/cluster/test_real_kuberay.py": "real-ray",
