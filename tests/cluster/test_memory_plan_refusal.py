@@ -50,7 +50,8 @@ def test_a_job_whose_plan_does_not_fit_never_gets_a_raycluster(jobs: Jobs, opera
     assert FIELD in condition["message"] and "does NOT fit" in condition["message"]
     assert errors[0].message in condition["message"]
     assert jobs.condition("big", "Failed") == "True"
-    assert any(FIELD in m for m in jobs.event_messages("big", "InvalidSpec"))
+    # The event is posted after the status is written: wait for it, as for the condition.
+    wait_until(lambda: any(FIELD in m for m in jobs.event_messages("big", "InvalidSpec")), 30, what="the event")
 
     # A job that fits, created afterwards, gets its RayCluster: the operator has passed over both since.
     jobs.create(cluster_job("fits"))

@@ -1,5 +1,5 @@
 """Every pod the operator builds, admitted by the real apiserver's Pod Security admission at the level
-docs/security.md promises: the Ray head and workers, KubeRay's submitter pod from our template and the adapter check
+docs/security.md promises: the Ray head and workers, KubeRay's submitter pod from our template
 under `restricted`; a vLLM server (vLLM's image runs as root) under `baseline`, and refused by `restricted` for
 exactly that. Dry-run creates: admission runs in full, nothing is stored or scheduled."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from mmrl_operator.core.builders import adapter_check, inference
+from mmrl_operator.core.builders import inference
 from mmrl_operator.core.builders.model_server import build_server_deployment
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
@@ -38,7 +38,7 @@ def admission(core: client.CoreV1Api, namespace: str, name: str, pod_spec: dict[
     return None
 
 
-def test_ray_and_check_pods_pass_restricted_and_vllm_pods_pass_baseline_only(core, namespace: str) -> None:
+def test_ray_pods_pass_restricted_and_vllm_pods_pass_baseline_only(core, namespace: str) -> None:
     j = job()
     rc = build_raycluster(j)
     adapter = inference.Adapter("/fsx/mmrl/team/geo-0f1e2d3c/adapter", 32, "Qwen/Qwen3-VL-8B-Instruct", "ab" * 32)
@@ -46,7 +46,6 @@ def test_ray_and_check_pods_pass_restricted_and_vllm_pods_pass_baseline_only(cor
         "ray-head": rc["spec"]["headGroupSpec"]["template"]["spec"],
         "ray-worker": rc["spec"]["workerGroupSpecs"][0]["template"]["spec"],
         "submitter": build_rayjob(j, 1)["spec"]["submitterPodTemplate"]["spec"],
-        "adapter-check": adapter_check.build_check_pod(j, adapter)["spec"],
     }
     served = {
         "inference": inference.build_deployment(j, adapter)["spec"]["template"]["spec"],
