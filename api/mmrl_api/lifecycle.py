@@ -16,6 +16,7 @@ from mmrl_api.kueue import field_error
 from mmrl_api.locations import MOUNT_PATH, NO_PARENT_SEGMENT, S3_URI, SUB_PATH
 from mmrl_api.rules import text
 from mmrl_api.spec import DNS_LABEL
+from mmrl_api.vllm_flags import NOT_AN_OWNED_FLAG, instead
 
 
 class PVCCheckpoint(ApiModel):
@@ -163,8 +164,12 @@ class InferenceSpec(ApiModel):
     """nvidia.com/gpu per replica; defaults to tensorParallelSize. 0 runs a CPU build of vLLM (set `image`)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     max_images_per_prompt: int = Field(default=2, ge=0, le=64)
-    extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
-    """Extra `vllm serve` arguments, appended last."""
+    extra_args: list[text(1024, NOT_AN_OWNED_FLAG, hint=instead)] = Field(  # type: ignore[valid-type]
+        default_factory=list, max_length=32
+    )
+    """Extra `vllm serve` arguments, appended last. None may name a flag the operator sets from the fields above
+    (mmrl_api.vllm_flags: --max-lora-rank, --max-model-len, --lora-modules, --port, ...; any spelling or
+    abbreviation)."""
     node_selector: label_map(16) = Field(default_factory=dict)  # type: ignore[valid-type]
     server: str | None = Field(default=None, min_length=1, max_length=58, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
     """Serve the adapter from this ModelServer (same namespace) instead of a Deployment of its own: once training

@@ -31,6 +31,7 @@ from mmrl_api.manifest import FieldError, validate_document
 from mmrl_api.rules import text
 from mmrl_api.spec import DNS_LABEL, EnvFromSource, EnvVar, ModelSpec
 from mmrl_api.status import MESSAGE_MAX, NAME_MAX, PATH_MAX, TIME, Condition, StatusModel
+from mmrl_api.vllm_flags import NOT_AN_OWNED_FLAG, instead
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 ALIAS_HISTORY = 20
@@ -131,8 +132,11 @@ class ModelServerSpec(ApiModel):
     hyperpod: bool = True
     """Keep replicas off HyperPod nodes marked unhealthy, and prefer nodes whose deep health check passed."""
     image_pull_secrets: list[ObjectName] = Field(default_factory=list, max_length=8)  # type: ignore[valid-type]
-    extra_args: list[text(1024)] = Field(default_factory=list, max_length=32)  # type: ignore[valid-type]
-    """Extra `vllm serve` arguments, appended last."""
+    extra_args: list[text(1024, NOT_AN_OWNED_FLAG, hint=instead)] = Field(  # type: ignore[valid-type]
+        default_factory=list, max_length=32
+    )
+    """Extra `vllm serve` arguments. None may name a flag the operator sets from the fields above
+    (mmrl_api.vllm_flags: --max-lora-rank, --max-model-len, --host, --port, ...; any spelling or abbreviation)."""
     alias_pins: list[AliasPin] = Field(default_factory=list, max_length=32)
     """Aliases held on one job's adapter whatever is promoted later: what `mmrl rollback` writes. Remove a pin to let
     the alias follow promotions again."""

@@ -110,6 +110,8 @@ def args_of(dep: client.V1Deployment) -> dict[str, str]:
             "claimName must be unique",
         ),
         ({"gpus": 1, "tensorParallelSize": 2}, "gpus must be 0"),
+        ({"extraArgs": ["--max-num-seqs", "8", "--max_lora_r=64"]}, "spec.extraArgs[2]"),
+        ({"extraArgs": ["--port", "9000"]}, "sets a vLLM flag the operator sets itself"),
     ],
 )
 def test_the_apiserver_refuses_a_bad_server_and_names_the_field(servers, spec, says) -> None:

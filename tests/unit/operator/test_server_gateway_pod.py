@@ -37,7 +37,11 @@ def pod(s: ModelServer | None = None) -> dict[str, Any]:
 
 
 def test_vllm_listens_on_loopback_whatever_extra_args_say() -> None:
-    args = build.vllm_args(server(extraArgs=["--host", "0.0.0.0", "--port", "8000", "--max-num-seqs", "8"]))
+    # Admission refuses --host and --port in extraArgs (mmrl_api.vllm_flags); the order holds even for a spec it
+    # never saw (model_copy does not validate).
+    s = server()
+    extra = ["--host", "0.0.0.0", "--port", "8000", "--max-num-seqs", "8"]
+    args = build.vllm_args(s.model_copy(update={"spec": s.spec.model_copy(update={"extra_args": extra})}))
     assert "--max-num-seqs" in args
     # argparse takes the last value: the operator's come after the server's own.
     assert args[-4:] == ["--host", "127.0.0.1", "--port", str(VLLM_PORT)]
