@@ -16,6 +16,7 @@ from mmrl_operator.core.builders.model_server import build_server_deployment
 from mmrl_operator.core.builders.raycluster import build_raycluster
 from mmrl_operator.core.builders.rayjob import build_rayjob
 from tests.support.factories import job
+from tests.support.polling import wait_until
 from tests.unit.operator.test_model_server import server
 
 pytestmark = pytest.mark.cluster
@@ -52,6 +53,9 @@ def test_ray_pods_pass_restricted_and_vllm_pods_pass_baseline_only(core, namespa
         "model-server": build_server_deployment(server())["spec"]["template"]["spec"],
     }
     enforce(core, namespace, "restricted")
+    # Pod Security admission reads the namespace's labels from its informer: a level is in force once it refuses
+    # what only it refuses (a root image's pod under restricted, and under baseline no longer).
+    wait_until(lambda: admission(core, namespace, "probe", served["inference"]), 30, what="restricted in force")
     for name, spec in restricted.items():
         assert admission(core, namespace, name, spec) is None, name
     for name, spec in served.items():
@@ -61,5 +65,6 @@ def test_ray_pods_pass_restricted_and_vllm_pods_pass_baseline_only(core, namespa
         assert "allowPrivilegeEscalation" not in refusal and "capabilities" not in refusal, refusal
         assert "seccompProfile" not in refusal, refusal
     enforce(core, namespace, "baseline")
+    wait_until(lambda: admission(core, namespace, "probe", served["inference"]) is None, 30, what="baseline in force")
     for name, spec in served.items():
         assert admission(core, namespace, name, spec) is None, name
