@@ -82,7 +82,7 @@ NOT_AN_OWNED_FLAG = Rule(OWNED_FLAG_RE, OWNED_FLAG_MESSAGE, must_match=False)
 def owned_flag(arg: str) -> str | None:
     """The owned flag ``arg`` names (``--max-lora-rank`` for ``--max_lora_r=8``), or None. Where a prefix could be
     several, the first in order."""
-    if not re.search(OWNED_FLAG_RE.replace("$", r"\Z"), arg):
+    if NOT_AN_OWNED_FLAG.holds(arg):
         return None
     short = not arg.startswith("--")
     name = re.split(r"[=.]", arg.lstrip("-"), maxsplit=1)[0].replace("_", "-")
