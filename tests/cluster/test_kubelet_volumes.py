@@ -21,6 +21,13 @@ def ended(core, namespace: str, name: str, spec: dict) -> str:  # type: ignore[n
     )
 
 
+def one_shot(node: str, code: str, mount: dict, volume: dict) -> dict:
+    """A pod that runs ``code`` once on ``node`` with one volume mounted."""
+    container = {"name": "main", "image": "mmrl/trainer:test", "command": ["python", "-c", code]}
+    container["volumeMounts"] = [mount]
+    return {"nodeName": node, "restartPolicy": "Never", "containers": [container], "volumes": [volume]}
+
+
 def test_a_sub_path_not_there_yet_is_made_in_the_volume(
     api_client, core, namespace, pod_network, hyperpod_nodes, tmp_path
 ):
@@ -29,10 +36,8 @@ def test_a_sub_path_not_there_yet_is_made_in_the_volume(
     with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
         node = hyperpod_nodes.cpu(kubelet=True)
         write = "open('/data/written', 'w').write('from the pod')"
-        container = {"name": "main", "image": "mmrl/trainer:test", "command": ["python", "-c", write]}
-        container["volumeMounts"] = [{"name": "claim", "mountPath": "/data", "subPath": "mmrl/team-a"}]
-        spec = {"nodeName": node, "restartPolicy": "Never", "containers": [container]}
-        spec["volumes"] = [{"name": "claim", "hostPath": {"path": str(volume)}}]
+        mount = {"name": "claim", "mountPath": "/data", "subPath": "mmrl/team-a"}
+        spec = one_shot(node, write, mount, {"name": "claim", "hostPath": {"path": str(volume)}})
         assert ended(core, namespace, "writer", spec) == "Succeeded"
         assert (volume / "mmrl" / "team-a" / "written").read_text() == "from the pod"
         assert not kubelet.errors
@@ -46,10 +51,8 @@ def test_a_sub_path_that_names_a_file_of_a_config_map_mounts_that_file(
     with Kubelet(api_client, pod_network, tmp_path / "pods") as kubelet:
         node = hyperpod_nodes.cpu(kubelet=True)
         read = "print(open('/etc/app/config.yaml').read(), flush=True)"
-        container = {"name": "main", "image": "mmrl/trainer:test", "command": ["python", "-c", read]}
-        container["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/app/config.yaml", "subPath": "config.yaml"}]
-        spec = {"nodeName": node, "restartPolicy": "Never", "containers": [container]}
-        spec["volumes"] = [{"name": "cfg", "configMap": {"name": "cfg"}}]
+        mount = {"name": "cfg", "mountPath": "/etc/app/config.yaml", "subPath": "config.yaml"}
+        spec = one_shot(node, read, mount, {"name": "cfg", "configMap": {"name": "cfg"}})
         assert ended(core, namespace, "reader", spec) == "Succeeded", core.read_namespaced_pod(
             "reader", namespace
         ).status
