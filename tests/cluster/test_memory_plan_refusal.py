@@ -62,6 +62,11 @@ def test_a_job_whose_plan_does_not_fit_never_gets_a_raycluster(jobs: Jobs, opera
     # Fixed (the workers move to H100s, a mutable field), the job starts from Pending and gets its RayCluster.
     jobs.patch("big", {"spec": {"cluster": {"workerGroups": cluster_job("big")["spec"]["cluster"]["workerGroups"]}}})
     wait_until(lambda: "big" in jobs.ray_names("rayclusters"), 60, what="the fixed job's RayCluster")
-    assert jobs.status("big")["phase"] != "Failed" and (stalled(jobs, "big") or {}).get("reason") != "InvalidSpec"
+    # The status is written after the child is created: wait for it to leave Failed, as for the RayCluster.
+    wait_until(
+        lambda: jobs.status("big")["phase"] != "Failed" and (stalled(jobs, "big") or {}).get("reason") != "InvalidSpec",
+        30,
+        what="the fixed job's status to leave Failed",
+    )
     workers = next(r for r in jobs.ray("rayclusters") if r["metadata"]["name"] == "big")["spec"]["workerGroupSpecs"]
     assert workers[0]["template"]["spec"]["containers"][0]["resources"]["limits"][c.GPU_RESOURCE] == "8"
