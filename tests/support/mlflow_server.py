@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mmrl_local.addons.mlflow_server import SERVER_ENV
 from mmrl_local.cluster.controlplane import free_port
 
 
@@ -33,7 +34,7 @@ def running_mlflow(store: Path) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(store / "server.log", "w")  # noqa: SIM115 - closed below, after the server
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "PYTHONPATH": ""}
+    env = {**os.environ, **SERVER_ENV, "DO_NOT_TRACK": "1", "PYTHONPATH": ""}
     proc = subprocess.Popen(
         [
             *(mlflow_python(), "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
@@ -55,6 +56,10 @@ def running_mlflow(store: Path) -> Iterator[str]:
                     tail = (store / "server.log").read_text()[-2000:]
                     raise RuntimeError(f"mlflow server did not start: {tail}") from None
                 time.sleep(0.5)
+        # MLflow launches its job runner right after the server process, before /health answers: none may be there.
+        extra = [cmd for cmd in _session_commands(proc.pid) if "_job_runner" in cmd or "huey_consumer" in cmd]
+        if extra:
+            raise RuntimeError(f"the MLflow server runs its job runner, though SERVER_ENV turns it off: {extra}")
         yield url
     finally:
         os.killpg(proc.pid, 15)
@@ -64,3 +69,16 @@ def running_mlflow(store: Path) -> Iterator[str]:
             os.killpg(proc.pid, 9)
             proc.wait()
         log.close()
+
+
+def _session_commands(sid: int) -> list[str]:
+    """The command lines of the processes in session `sid` (the server was started in a session of its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or os.getsid(int(entry.name)) != sid:
+                continue
+            found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, ValueError):
+            continue
+    return found
