@@ -282,7 +282,8 @@ bench-compare: setup bins kuberay ## latency, recovery and memory: operator at B
 	$(VPY) bench/memory.py $(BENCH_MEMORY) --out bench/out/after
 	$(VPY) bench/report.py
 
-# The control plane builds beside KubeRay, and Kueue after the control plane, whose compiled packages it reuses.
+# The control plane builds first, then KubeRay and Kueue beside each other, from its compiled packages (local/go: every
+# wrapper module selects the control plane's versions of the modules they share).
 kuberay: ## build (or reuse) the control plane binaries and the real KubeRay operator (v1.5.1) and Kueue (v0.17.0)
 	$(call begin,kuberay)
 	$(PYTHON) -m mmrl_local build --kuberay --kueue

@@ -39,12 +39,12 @@ def read_state() -> dict | None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    # With --kuberay KubeRay builds beside the control plane: one's module downloads and single-threaded links fill
-    # the cores the other leaves idle (each has its own cache key and lock, so nothing is built twice). Kueue comes
-    # after the control plane, whose compiled packages it shares (go/kueue selects go/kube's module versions).
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    # KubeRay and Kueue build after the control plane, from its compiled packages (every wrapper module selects
+    # go/kube's version of each module it shares), beside each other: one's single-threaded link fills the core the
+    # other leaves idle. Built beside the control plane, KubeRay compiled the same libraries a second time.
+    bins = build.build()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         kuberay = pool.submit(build.build_kuberay) if args.kuberay else None
-        bins = build.build()
         kueue = pool.submit(kueue_build.binaries) if args.kueue else None
         crd_dir = build.kuberay_crd_dir()
         print(f"binaries: {bins.dir}")
