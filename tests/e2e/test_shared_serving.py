@@ -267,13 +267,20 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha
     assert ask(api_client, namespace, "beta", QUESTION)[0] == beta
 
-    # Deleting a job unloads its adapter; the pinned alias and the other adapter stay.
-    cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "beta")
-    wait_until(lambda: "beta-lora" not in cluster.models(), 60, what="beta unloaded")
-    # The server's status follows its replicas: the pass that unloaded writes it once the unload is done.
-    held = lambda: [a["name"] for a in cluster.server()["adapters"]]  # noqa: E731
-    wait_until(lambda: held() == ["alpha-lora"], 30, what=lambda: f"status: alpha only, not {held()}")
-    assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha
+    # Deleting a job unloads its adapter while a client keeps asking the alias: the pinned alias and the other
+    # adapter stay, and no replica leaves the Service for the unload (its gate wanted every name the last pass
+    # served, the deleted one included, so the only replica went out until the next pass: #44).
+    with KeepAsking(api_client, namespace, SERVER, ALIAS, QUESTION) as asker:
+        wait_until(lambda: asker.answers, 60, what="the client's first answer")
+        cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "beta")
+        wait_until(lambda: "beta-lora" not in cluster.models(), 60, what="beta unloaded")
+        # The server's status follows its replicas: the pass that unloaded writes it once the unload is done.
+        held = lambda: [a["name"] for a in cluster.server()["adapters"]]  # noqa: E731
+        wait_until(lambda: held() == ["alpha-lora"], 30, what=lambda: f"status: alpha only, not {held()}")
+        asked = len(asker.answers) + len(asker.errors)
+        wait_until(lambda: len(asker.answers) + len(asker.errors) > asked + 3, 60, what="answers after the unload")
+    assert not asker.errors, asker.errors[:3]
+    assert set(asker.answers) == {alpha}, sorted(set(asker.answers))
     print(
         f"shared server: first adapter answering {first_ready:.0f}s after its report (vLLM start included); "
         f"alias on the next promotion {promotion_seconds:.1f}s after its report"

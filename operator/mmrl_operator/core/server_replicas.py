@@ -46,13 +46,15 @@ def vllm_up(pod: dict[str, Any]) -> bool:
     return vllm.get("ready") is True and "running" in (gateway.get("state") or {})
 
 
-def announced_names(status: ModelServerStatus | None) -> set[str]:
-    """The names the server already serves: loaded on some replica at the last pass. A replica is Ready only
-    while it holds all of them; a name being loaded for the first time is not among them, so one adapter that fails
-    to load never takes a replica out of the Service."""
+def announced_names(status: ModelServerStatus | None, wanted: set[str] | dict[str, Wanted]) -> set[str]:
+    """The names the server already serves and still wants: loaded on some replica at the last pass, and wanted by
+    this one. A replica is Ready only while it holds all of them. A name being loaded for the first time is not
+    among them, so one adapter that fails to load never takes a replica out of the Service; nor is a name the server
+    no longer wants (its job deleted, its gate raised, its servedModelName edited), so unloading it never does."""
     if status is None:
         return set()
-    return {e.name for e in status.adapters if e.loaded_on} | {a.name for a in status.aliases if a.loaded_on}
+    served = {e.name for e in status.adapters if e.loaded_on} | {a.name for a in status.aliases if a.loaded_on}
+    return served & set(wanted)
 
 
 def gate_condition(holds: set[str] | None, announced: set[str], now: str) -> dict[str, Any]:

@@ -233,7 +233,7 @@ class ServerController:
         aliases = alias_targets(server, held, list(status.aliases) if status else [], now)
         models = {v.job: v.base_model for v in verdicts.values() if isinstance(v, Candidate)}
         want = desired_names(held, aliases, models)
-        announced = announced_names(status)
+        announced = announced_names(status, want)
         on: dict[str, list[str]] = {name: [] for name in want}
         errors: dict[str, str] = {}
         unfinished = False

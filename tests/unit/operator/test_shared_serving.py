@@ -319,13 +319,18 @@ def test_a_replica_is_ready_only_once_it_holds_every_name_the_server_already_ser
             "aliases": [{"name": "prod", "job": "a", "adapter": "a", "path": "/a", "loadedOn": ["r1"]}],
         }
     )
-    announced = announced_names(status)
+    announced = announced_names(status, {"a", "new", "prod"})
     assert announced == {"a", "prod"}
     assert gate_condition(None, announced, NOW)["status"] == "False"
     loading = gate_condition({"a"}, announced, NOW)
     assert (loading["status"], loading["reason"], loading["message"]) == ("False", "AdaptersLoading", "loading prod")
     assert gate_condition({"a", "prod"}, announced, NOW)["status"] == "True"  # "new" failing does not hold it back
-    assert gate_condition(set(), announced_names(None), NOW)["status"] == "True"  # nothing served yet
+    assert gate_condition(set(), announced_names(None, {"a"}), NOW)["status"] == "True"  # nothing served yet
+    # A name the server no longer wants (its job deleted, its gate raised) is unloaded without taking the replica
+    # out of the Service: the replica that holds only the alias now is still Ready.
+    after_delete = announced_names(status, {"prod"})
+    assert after_delete == {"prod"}
+    assert gate_condition({"prod"}, after_delete, NOW)["status"] == "True"
     gateway = {"name": "gateway", "ready": False, "state": {"running": {}}}  # not ready while it reloads: reachable
     up = {"status": {"containerStatuses": [{"name": "vllm", "ready": True}, gateway]}}
     assert vllm_up(up) and not vllm_up({"status": {"containerStatuses": [{"name": "vllm", "ready": False}, gateway]}})
