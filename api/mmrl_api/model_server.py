@@ -214,6 +214,9 @@ class AliasStatus(StatusModel):
     loaded_on: list[str] = Field(default_factory=list, max_length=64)
     history: list[AliasMove] = Field(default_factory=list, max_length=ALIAS_HISTORY)
     """The adapters it pointed at, oldest first, the current one last (the last ALIAS_HISTORY)."""
+    error: str = Field(default="", max_length=2048)
+    """The last move to another adapter that failed on every replica, and why: the alias still points where it did,
+    and the next pass tries again."""
 
 
 class RefusedAdapter(StatusModel):

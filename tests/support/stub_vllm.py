@@ -31,6 +31,7 @@ class StubVLLM:
     seen: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)  # method, path+query, headers
     second_event: asyncio.Event = field(default_factory=asyncio.Event)
     up: bool = True
+    refuse_inplace: str = ""  # when set: every load_inplace is refused with this message (a 500, as vLLM's errors are)
 
     def paths(self) -> list[str]:
         return [path.split("?")[0] for _method, path, _headers, _body in self.seen]
@@ -47,6 +48,8 @@ class StubVLLM:
         if request.path == "/v1/load_lora_adapter":
             ask = json.loads(body)
             name, path = ask["lora_name"], ask["lora_path"]
+            if ask.get("load_inplace") and self.refuse_inplace:
+                return _error(500, self.refuse_inplace)
             if name in self.loaded and not ask.get("load_inplace"):
                 return web.json_response(
                     {"error": {"message": f"The lora adapter '{name}' has already been loaded"}}, status=400

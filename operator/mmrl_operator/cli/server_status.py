@@ -34,6 +34,8 @@ def render_server_status(server: dict[str, Any], events: list[dict[str, Any]]) -
     for alias in st.get("aliases") or []:
         pinned = " (pinned)" if alias.get("pinned") else ""
         lines.append(f"  alias {alias['name']} -> {alias['adapter']} (job {alias['job']}){pinned}")
+        if alias.get("error"):
+            lines.append(f"    not moved: {alias['error']}")
         for h in alias.get("history") or []:
             lines.append(
                 f"    {h.get('since') or '-'} .. {h.get('until') or 'now':<20} {h['job']:<20} "

@@ -295,6 +295,32 @@ def alias_targets(
     return out
 
 
+def settle_aliases(
+    aliases: list[AliasStatus], previous: list[AliasStatus], served: dict[str, dict[str, str]], errors: dict[str, str]
+) -> list[AliasStatus]:
+    """Each alias as the replicas serve it after this pass. `served`: replica -> {name: the digest it answers that name
+    with}; `errors`: name -> why its load failed. An alias is loaded on the replicas that hold it at its target's
+    digest. One that was to move and holds its new target on no replica, while some replica still answers it with
+    the files it pointed at before, did not move: its status stays the previous one (target, history), with why, so
+    the status always names the adapter clients get. The next pass tries the move again."""
+    before = {a.name: a for a in previous}
+    out = []
+    for alias in aliases:
+        on = sorted(replica for replica, names in served.items() if names.get(alias.name) == alias.digest)
+        old = before.get(alias.name)
+        if on or old is None or old.digest == alias.digest:
+            out.append(alias.model_copy(update={"loaded_on": on, "error": ""}))
+            continue
+        still = sorted(replica for replica, names in served.items() if names.get(alias.name) == old.digest)
+        if not still:  # answered from its old files nowhere either: it is (being) loaded afresh
+            out.append(alias.model_copy(update={"loaded_on": [], "error": ""}))
+            continue
+        why = errors.get(alias.name) or "not loaded"
+        message = f"moving to job {alias.job}'s adapter {alias.adapter} failed on every replica: {why}"
+        out.append(old.model_copy(update={"loaded_on": still, "error": message}))
+    return out
+
+
 def desired_names(
     held: list[ServedAdapter], aliases: list[AliasStatus], base_models: dict[str, str] | None = None
 ) -> dict[str, Wanted]:

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mmrl_api.gateway_contract import ADAPTERS, ADMIN_KEY_HEADER, LOAD, PORT, UNLOAD, Listing, LoadRequest
-from mmrl_operator.core.server_replicas import Wanted, replica_plan
+from mmrl_operator.core.server_replicas import Wanted, replica_holds, replica_plan
 from mmrl_operator.runtime.kube import Kube
 from mmrl_operator.runtime.service_proxy import describe_error
 
@@ -28,6 +28,7 @@ LIST_SECONDS, LOAD_SECONDS = 5.0, 600.0
 @dataclass
 class ReplicaResult:
     holds: set[str] = field(default_factory=set)  # adapter names the replica holds from the right files
+    serves: dict[str, str] = field(default_factory=dict)  # every name it answers for -> the digest it holds it at
     errors: dict[str, str] = field(default_factory=dict)  # adapter name -> why it could not be loaded
     unreachable: str | None = None  # the replica's gateway did not answer its listing
     changed: int = 0  # loads and unloads made
@@ -47,10 +48,12 @@ def sync_replica(kube: Kube, namespace: str, pod: str, key: str, want: dict[str,
         result.unreachable = describe_error(err)
         return result
     load, unload = replica_plan(want, listing)
+    result.serves = replica_holds(listing)
     for name in unload:
         try:
             call("POST", UNLOAD, {"name": name}, LIST_SECONDS)
             result.changed += 1
+            result.serves.pop(name, None)
             log.info("unloaded adapter %s from %s/%s", name, namespace, pod)
         except Exception as err:
             log.warning("could not unload adapter %s from %s/%s: %s", name, namespace, pod, describe_error(err))
@@ -65,6 +68,7 @@ def sync_replica(kube: Kube, namespace: str, pod: str, key: str, want: dict[str,
         try:
             call("POST", LOAD, ask.model_dump(by_alias=True, exclude_none=True), LOAD_SECONDS)
             result.changed += 1
+            result.serves[name] = wanted.digest
             log.info(
                 "loaded adapter %s from %s (digest %s) into %s/%s", name, wanted.path, wanted.digest, namespace, pod
             )
@@ -72,4 +76,6 @@ def sync_replica(kube: Kube, namespace: str, pod: str, key: str, want: dict[str,
             result.errors[name] = describe_error(err)
             log.warning("could not load adapter %s into %s/%s: %s", name, namespace, pod, result.errors[name])
     result.holds = {name for name in want if name not in result.errors}  # held already, or loaded just now
+    # A failed in-place load (an alias that was to move) leaves the name at its old files: still answered.
+    result.serves = {name: digest for name, digest in result.serves.items() if name in want}
     return result

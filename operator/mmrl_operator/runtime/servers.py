@@ -33,7 +33,15 @@ from mmrl_operator.core.names import admin_secret_name, object_uid
 from mmrl_operator.core.observed import pod_problem
 from mmrl_operator.core.ownership import controlled_by, controller_of
 from mmrl_operator.core.server_replicas import announced_names, fronted, gate_condition, vllm_up
-from mmrl_operator.core.shared_serving import Candidate, Refusal, alias_targets, candidate, desired_names, held_set
+from mmrl_operator.core.shared_serving import (
+    Candidate,
+    Refusal,
+    alias_targets,
+    candidate,
+    desired_names,
+    held_set,
+    settle_aliases,
+)
 from mmrl_operator.runtime.adapter_loader import sync_replica
 from mmrl_operator.runtime.caches import (
     DEPLOYMENTS,
@@ -235,6 +243,7 @@ class ServerController:
         want = desired_names(held, aliases, models)
         announced = announced_names(status, want)
         on: dict[str, list[str]] = {name: [] for name in want}
+        served: dict[str, dict[str, str]] = {}  # replica -> {name: digest} it answers with
         errors: dict[str, str] = {}
         unfinished = False
         for pod in self.replicas(server):
@@ -249,14 +258,19 @@ class ServerController:
                     holds = result.holds
                     for held_name in holds:
                         on[held_name].append(name)
+                    served[name] = result.serves
                     errors.update({n: f"{name}: {why}" for n, why in result.errors.items()})
             unfinished = unfinished or holds is None or holds != set(want)
-            self.set_gate(server, pod, gate_condition(holds, announced, now))
+            # Ready while it answers every announced name: one whose alias failed to move in place still answers
+            # it from the files it held, and stays in the Service.
+            answers = None if holds is None else set(served[name])
+            self.set_gate(server, pod, gate_condition(answers, announced, now))
         entries = [
             e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}) for e in held
         ]
         plan.status["adapters"] = [e.wire() for e in entries]
-        plan.status["aliases"] = [a.model_copy(update={"loaded_on": sorted(on[a.name])}).wire() for a in aliases]
+        previous = list(status.aliases) if status else []
+        plan.status["aliases"] = [a.wire() for a in settle_aliases(aliases, previous, served, errors)]
         plan.status["refused"] = [r.wire() for r in refused]
         plan.status["adapterCount"] = len(entries)
         return unfinished

@@ -36,3 +36,12 @@ def test_a_servers_status_shows_its_adapters_the_alias_history_with_rewards_and_
     ]
     assert "  refused: job big (RankTooLarge): adapter rank 64 is above 32" in lines
     assert "AliasMoved" in text
+
+
+def test_an_alias_that_did_not_move_says_why() -> None:
+    v1 = claim("geo-v1", "2026-10-01T08:00:00Z", 0.5)
+    (alias,) = alias_targets(server(), [v1], [], "2026-10-01T08:00:00Z")
+    stuck = alias.model_copy(update={"error": "moving to job geo-v2's adapter geo-v2 failed on every replica: 500"})
+    status = ModelServerStatus(phase="Ready", adapters=[v1], aliases=[stuck])
+    text = render_server_status({"metadata": {"name": "s", "namespace": "team"}, "status": status.wire()}, [])
+    assert "    not moved: moving to job geo-v2's adapter geo-v2 failed on every replica: 500" in text.splitlines()

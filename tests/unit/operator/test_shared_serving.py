@@ -24,6 +24,7 @@ from mmrl_operator.core.shared_serving import (
     desired_names,
     held_set,
     job_view,
+    settle_aliases,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -268,6 +269,31 @@ def test_an_alias_moves_only_to_an_adapter_some_replica_loaded() -> None:
     # The current target keeps the alias while its replica restarts (loaded nowhere for a moment).
     (kept,) = alias_targets(server(), [v1.model_copy(update={"loaded_on": []}), refused], [still], NOW)
     assert kept.job == "geo-v1"
+
+
+def test_an_alias_move_that_failed_on_every_replica_leaves_the_status_on_what_they_serve() -> None:
+    """The in-place load of the alias at its new target fails everywhere: the replicas still answer the alias with
+    its old files, so the status names the old target (history as before) and why; where it succeeded on some
+    replica, the move stands and the alias is loaded there only."""
+    v1, v2 = claim("geo-v1", "2026-10-01T08:00:00Z", 0.5), claim("geo-v2", "2026-10-01T09:00:00Z", 0.7)
+    (first,) = alias_targets(server(), [v1], [], "2026-10-01T08:00:00Z")
+    first = first.model_copy(update={"loaded_on": ["r1", "r2"]})
+    (moved,) = alias_targets(server(), [v1, v2], [first], "2026-10-01T09:00:00Z")
+    old = {"geo-prod": v1.digest, "geo-v1": v1.digest, "geo-v2": v2.digest}
+    failed = {"geo-prod": "r1: 500 vLLM refused the load"}
+    (kept,) = settle_aliases([moved], [first], {"r1": old, "r2": old}, failed)
+    assert (kept.job, kept.digest, kept.loaded_on) == ("geo-v1", v1.digest, ["r1", "r2"])
+    assert [h.job for h in kept.history] == ["geo-v1"] and kept.history[-1].until is None
+    assert "geo-v2" in kept.error and "500 vLLM refused the load" in kept.error
+    # Moved on one replica of two: the move stands, loaded where it happened.
+    (half,) = settle_aliases([moved], [first], {"r1": old, "r2": {**old, "geo-prod": v2.digest}}, failed)
+    assert (half.job, half.loaded_on, half.error) == ("geo-v2", ["r2"], "")
+    assert [h.job for h in half.history] == ["geo-v1", "geo-v2"]
+    # Not moving, or answered nowhere (a replica restarting): the alias as decided, loaded where it is held.
+    (same,) = settle_aliases([first], [first], {"r1": old}, {})
+    assert (same.job, same.loaded_on) == ("geo-v1", ["r1"])
+    (nowhere,) = settle_aliases([moved], [first], {}, {})
+    assert (nowhere.job, nowhere.loaded_on, nowhere.error) == ("geo-v2", [], "")
 
 
 def test_an_alias_stays_on_its_adapter_while_held_and_goes_with_it() -> None:
