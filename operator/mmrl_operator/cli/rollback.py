@@ -27,6 +27,15 @@ def previous_target(status: dict[str, Any], alias: str) -> str:
     return str(earlier[-1])
 
 
+def held(status: dict[str, Any], job: str) -> None:
+    """Raise LookupError unless the server holds `job`'s adapter: a pin to a job it does not hold (deleted, refused,
+    never promoted) would leave the alias where it is, and the command must not say it rolled back."""
+    jobs = sorted({str(a.get("job")) for a in status.get("adapters") or [] if a.get("job")})
+    if job not in jobs:
+        holds = ", ".join(jobs) or "nothing"
+        raise LookupError(f"the server does not hold job {job}'s adapter (it holds: {holds}); nothing was changed")
+
+
 def pins_after(spec: dict[str, Any], alias: str, job: str | None) -> list[dict[str, str]]:
     """spec.aliasPins with `alias` pinned to `job` (None: unpinned), every other pin kept."""
     pins = [p for p in spec.get("aliasPins") or [] if p.get("alias") != alias]
@@ -43,6 +52,8 @@ def main(alias: str, server: str, opts: ClusterOptions, to: str | None, unpin: b
     found = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.SERVER_PLURAL, server)
     try:
         job = None if unpin else (to or previous_target(found.get("status") or {}, alias))
+        if job is not None:
+            held(found.get("status") or {}, job)
     except LookupError as err:
         print(f"mmrl rollback: {err}", file=sys.stderr)
         return 1

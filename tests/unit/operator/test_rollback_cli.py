@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mmrl_operator.cli.rollback import pins_after, previous_target
+from mmrl_operator.cli.rollback import held, pins_after, previous_target
 
 STATUS = {
+    "adapters": [{"name": "geo-v2", "job": "geo-v2"}, {"name": "geo-v3", "job": "geo-v3"}],
     "aliases": [
         {
             "name": "geo-prod",
@@ -14,7 +15,7 @@ STATUS = {
             "history": [{"job": "geo-v1"}, {"job": "geo-v2"}, {"job": "geo-v3"}],
         },
         {"name": "fresh", "job": "only", "history": [{"job": "only"}]},
-    ]
+    ],
 }
 
 
@@ -36,3 +37,11 @@ def test_a_pin_replaces_the_aliass_own_and_keeps_the_others() -> None:
     ]
     assert pins_after(spec, "geo-prod", None) == [{"alias": "other", "job": "x"}]
     assert pins_after({}, "geo-prod", "geo-v2") == [{"alias": "geo-prod", "job": "geo-v2"}]
+
+
+def test_a_target_the_server_does_not_hold_is_refused_and_named() -> None:
+    held(STATUS, "geo-v2")  # held: the pin can be served
+    with pytest.raises(LookupError, match=r"does not hold job geo-v1's adapter \(it holds: geo-v2, geo-v3\)"):
+        held(STATUS, "geo-v1")  # deleted since: a pin to it would leave the alias where it is
+    with pytest.raises(LookupError, match=r"\(it holds: nothing\)"):
+        held({}, "geo-v2")
