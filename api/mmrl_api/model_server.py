@@ -215,8 +215,9 @@ class AliasStatus(StatusModel):
     history: list[AliasMove] = Field(default_factory=list, max_length=ALIAS_HISTORY)
     """The adapters it pointed at, oldest first, the current one last (the last ALIAS_HISTORY)."""
     error: str = Field(default="", max_length=2048)
-    """The last move to another adapter that failed on every replica, and why: the alias still points where it did,
-    and the next pass tries again."""
+    """Why the alias is not where its spec or its claims would put it: a move to another adapter that failed on
+    every replica (the alias still points where it did; the next pass tries again), or a pin to a job the server
+    does not hold (it follows promotions until the pin is removed or the job is held again)."""
 
 
 class RefusedAdapter(StatusModel):

@@ -35,7 +35,7 @@ def render_server_status(server: dict[str, Any], events: list[dict[str, Any]]) -
         pinned = " (pinned)" if alias.get("pinned") else ""
         lines.append(f"  alias {alias['name']} -> {alias['adapter']} (job {alias['job']}){pinned}")
         if alias.get("error"):
-            lines.append(f"    not moved: {alias['error']}")
+            lines.append(f"    warning: {alias['error']}")
         for h in alias.get("history") or []:
             lines.append(
                 f"    {h.get('since') or '-'} .. {h.get('until') or 'now':<20} {h['job']:<20} "

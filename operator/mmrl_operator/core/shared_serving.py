@@ -274,6 +274,7 @@ def alias_targets(
             target = by_job[current]
         else:
             continue  # nothing loaded to point at: no alias (yet), or it goes
+        unheld_pin = name in pins and not pinned
         history = list(before[name].history) if name in before else []
         if not history or history[-1].job != target.job:
             if history and history[-1].until is None:
@@ -290,6 +291,12 @@ def alias_targets(
                 digest=target.digest,
                 pinned=pinned,
                 history=history[-ALIAS_HISTORY:],
+                error=(
+                    f"pinned to job {pins[name]}, which the server does not hold (deleted, or refused): the alias "
+                    "follows promotions until the pin is removed (mmrl rollback --unpin) or the job is held again"
+                    if unheld_pin
+                    else ""
+                ),
             )
         )
     return out
@@ -309,11 +316,11 @@ def settle_aliases(
         on = sorted(replica for replica, names in served.items() if names.get(alias.name) == alias.digest)
         old = before.get(alias.name)
         if on or old is None or old.digest == alias.digest:
-            out.append(alias.model_copy(update={"loaded_on": on, "error": ""}))
+            out.append(alias.model_copy(update={"loaded_on": on}))
             continue
         still = sorted(replica for replica, names in served.items() if names.get(alias.name) == old.digest)
         if not still:  # answered from its old files nowhere either: it is (being) loaded afresh
-            out.append(alias.model_copy(update={"loaded_on": [], "error": ""}))
+            out.append(alias.model_copy(update={"loaded_on": []}))
             continue
         why = errors.get(alias.name) or "not loaded"
         message = f"moving to job {alias.job}'s adapter {alias.adapter} failed on every replica: {why}"

@@ -44,4 +44,4 @@ def test_an_alias_that_did_not_move_says_why() -> None:
     stuck = alias.model_copy(update={"error": "moving to job geo-v2's adapter geo-v2 failed on every replica: 500"})
     status = ModelServerStatus(phase="Ready", adapters=[v1], aliases=[stuck])
     text = render_server_status({"metadata": {"name": "s", "namespace": "team"}, "status": status.wire()}, [])
-    assert "    not moved: moving to job geo-v2's adapter geo-v2 failed on every replica: 500" in text.splitlines()
+    assert "    warning: moving to job geo-v2's adapter geo-v2 failed on every replica: 500" in text.splitlines()

@@ -271,6 +271,20 @@ def test_an_alias_moves_only_to_an_adapter_some_replica_loaded() -> None:
     assert kept.job == "geo-v1"
 
 
+def test_a_pin_to_a_job_the_server_does_not_hold_is_said_not_silently_dropped() -> None:
+    """The pinned job was deleted (the documented cure for ServerFull): the alias follows promotions again, and its
+    status says why, until the pin is removed or the job is back."""
+    v1, v2 = claim("geo-v1", "2026-10-01T08:00:00Z", 0.5), claim("geo-v2", "2026-10-01T09:00:00Z", 0.7)
+    pinned = server(aliasPins=[{"alias": "geo-prod", "job": "geo-v1"}])
+    (held,) = alias_targets(pinned, [v1, v2], [], NOW)
+    assert (held.job, held.pinned, held.error) == ("geo-v1", True, "")
+    (lost,) = alias_targets(pinned, [v2], [held], NOW)
+    assert (lost.job, lost.pinned) == ("geo-v2", False)
+    assert "pinned to job geo-v1, which the server does not hold" in lost.error and "--unpin" in lost.error
+    (back,) = alias_targets(pinned, [v1, v2], [lost], NOW)  # the job is held again: the pin holds again
+    assert (back.job, back.pinned, back.error) == ("geo-v1", True, "")
+
+
 def test_an_alias_move_that_failed_on_every_replica_leaves_the_status_on_what_they_serve() -> None:
     """The in-place load of the alias at its new target fails everywhere: the replicas still answer the alias with
     its old files, so the status names the old target (history as before) and why; where it succeeded on some
