@@ -188,6 +188,9 @@ class ServedAdapter(StatusModel):
     """When the server took it on."""
     error: str = Field(default="", max_length=2048)
     """The last load that failed, as vLLM answered it."""
+    failed_passes: int = Field(default=0, ge=0, le=1000)
+    """Passes in a row in which it loaded on no replica and a load failed; at the server's limit these files are
+    refused (`status.refused`, reason `Quarantined`) and never tried again."""
 
 
 class AliasMove(StatusModel):
@@ -227,6 +230,8 @@ class RefusedAdapter(StatusModel):
     name: str = Field(default="", max_length=NAME_MAX)
     reason: str = Field(max_length=128)
     message: str = Field(default="", max_length=2048)
+    digest: str = Field(default="", max_length=64)
+    """For `Quarantined`: the files refused. The job's next export (other files) is tried again."""
 
 
 class ModelServerStatus(StatusModel):

@@ -224,9 +224,14 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
         assert by_what[("unload", f"{pod_ip}:8000")] == 403 and by_what[("admin unload", f"{pod_ip}:8000")] == 401
         assert by_what[("unload at vLLM's own port", f"{pod_ip}:8001")] is None  # vLLM listens on loopback only
     assert cluster.held() == before
-    # gamma goes (until a refused adapter is quarantined, #44, every pass would try its files again).
+    # gamma's files are tried on a few passes, then quarantined: refused for good (its job Stalled, the reason said),
+    # never loaded again until the job exports other files. Then gamma goes.
+    wait_until(lambda: cluster.ready("gamma").get("reason") == "Quarantined", 120, what="gamma quarantined")
+    (quarantined,) = [r for r in cluster.server()["refused"] if r["job"] == "gamma"]
+    assert quarantined["reason"] == "Quarantined" and "digest" in quarantined["message"], quarantined
+    assert "gamma-lora" not in {a["name"] for a in cluster.server()["adapters"]}
     cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "gamma")
-    wait_until(lambda: "gamma-lora" not in {a["name"] for a in cluster.server()["adapters"]}, 60, what="gamma gone")
+    wait_until(lambda: all(r["job"] != "gamma" for r in cluster.server()["refused"]), 60, what="gamma gone")
     first_ready = time.monotonic() - started
     alpha = ask(api_client, namespace, "alpha", QUESTION)[0]  # `mmrl chat alpha`
     base = ask_server(api_client, namespace, SERVER, cluster.server()["model"], QUESTION)[0]

@@ -179,9 +179,11 @@ def held_set(
     held: list[ServedAdapter],
     verdicts: dict[str, Candidate | Refusal | None],
     now: str,
+    refused_before: list[RefusedAdapter] | None = None,
 ) -> tuple[list[ServedAdapter], list[RefusedAdapter]]:
     """The adapters the server holds after this pass, and the jobs it refuses. `verdicts` has one entry per job
     that names the server or is held (by job name): `candidate` of it, or None for a held job that is gone.
+    `refused_before`: the last pass's refusals; a job's quarantined files stay refused (`quarantine`).
 
     Every name vLLM holds takes one of maxAdapters: each adapter's, and each alias's (an alias is the adapter it
     points at, loaded once more under the alias). A name is never shared between adapters, aliases and the base
@@ -204,7 +206,11 @@ def held_set(
         (v for v in verdicts.values() if isinstance(v, Candidate) and v.job not in {e.job for e in keep}),
         key=lambda v: (v.created, v.job),
     )
+    quarantined = {(r.job, r.digest): r for r in refused_before or [] if r.reason == QUARANTINED and r.digest}
     for v in fresh:
+        if (v.job, v.digest) in quarantined:
+            refused.append(quarantined[(v.job, v.digest)])
+            continue
         taken = _taken(v, base, names, aliases)
         slots = 1 + (1 if v.alias and v.alias not in aliases else 0)
         if taken is not None:
@@ -229,6 +235,29 @@ def held_set(
         if isinstance(verdict, Refusal):
             refused.append(RefusedAdapter(job=job, reason=verdict.reason, message=verdict.message))
     return keep, refused
+
+
+QUARANTINED = "Quarantined"
+QUARANTINE_AFTER = 5  # passes in a row (5 s apart while loading) in which an adapter loaded nowhere and a load failed
+
+
+def quarantine(entries: list[ServedAdapter]) -> tuple[list[ServedAdapter], list[RefusedAdapter]]:
+    """After a pass (each entry's `loaded_on` and `error` set by it): count the passes in a row in which an adapter
+    loaded on no replica and a load failed, and refuse its files once that reaches QUARANTINE_AFTER, so a bad adapter
+    is not loaded again on every pass for ever. Its job's next export (other files) is tried again."""
+    kept: list[ServedAdapter] = []
+    stuck: list[RefusedAdapter] = []
+    for e in entries:
+        failed = e.failed_passes + 1 if e.error and not e.loaded_on else 0
+        if failed < QUARANTINE_AFTER:
+            kept.append(e.model_copy(update={"failed_passes": failed}))
+            continue
+        message = (
+            f"adapter {e.name} failed to load on every replica {failed} passes in a row (last: {e.error}); the server "
+            "does not try these files again: export a new adapter, or delete the job"
+        )
+        stuck.append(RefusedAdapter(job=e.job, name=e.name, reason=QUARANTINED, message=message, digest=e.digest))
+    return kept, stuck
 
 
 def _taken(v: Candidate, base: str, names: dict[str, str], aliases: set[str]) -> str | None:

@@ -40,6 +40,7 @@ from mmrl_operator.core.shared_serving import (
     candidate,
     desired_names,
     held_set,
+    quarantine,
     settle_aliases,
 )
 from mmrl_operator.runtime.adapter_loader import sync_replica
@@ -237,7 +238,7 @@ class ServerController:
         status = server.status
         held_before = list(status.adapters) if status else []
         verdicts = self.verdicts(server, held_before)
-        held, refused = held_set(server, held_before, verdicts, now)
+        held, refused = held_set(server, held_before, verdicts, now, list(status.refused) if status else [])
         aliases = alias_targets(server, held, list(status.aliases) if status else [], now)
         models = {v.job: v.base_model for v in verdicts.values() if isinstance(v, Candidate)}
         want = desired_names(held, aliases, models)
@@ -265,9 +266,10 @@ class ServerController:
             # it from the files it held, and stays in the Service.
             answers = None if holds is None else set(served[name])
             self.set_gate(server, pod, gate_condition(answers, announced, now))
-        entries = [
-            e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}) for e in held
-        ]
+        entries, stuck = quarantine(
+            [e.model_copy(update={"loaded_on": sorted(on[e.name]), "error": errors.get(e.name, "")}) for e in held]
+        )
+        refused += stuck
         plan.status["adapters"] = [e.wire() for e in entries]
         previous = list(status.aliases) if status else []
         plan.status["aliases"] = [a.wire() for a in settle_aliases(aliases, previous, served, errors)]

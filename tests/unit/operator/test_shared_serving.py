@@ -17,6 +17,7 @@ from mmrl_api.status import JobStatus
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.core.server_replicas import Wanted, replica_plan
 from mmrl_operator.core.shared_serving import (
+    QUARANTINE_AFTER,
     Candidate,
     Refusal,
     alias_targets,
@@ -24,6 +25,7 @@ from mmrl_operator.core.shared_serving import (
     desired_names,
     held_set,
     job_view,
+    quarantine,
     settle_aliases,
 )
 
@@ -389,3 +391,32 @@ def test_a_refused_job_is_stalled_and_one_being_loaded_is_not() -> None:
     assert server_refusal("s", (False, "AdapterLoading", "m")) is None
     assert server_refusal("s", (True, "AdapterServed", "m")) is None
     assert server_refusal(None, (False, "Deploying", "m")) is None  # a dedicated server's reasons are its own
+
+
+def test_an_adapter_that_fails_to_load_pass_after_pass_is_quarantined_and_stays_refused() -> None:
+    """Counted only while it loads nowhere and a load failed; at QUARANTINE_AFTER its files are refused for good (the
+    job's InferenceReady says Quarantined), and the job's next export, other files, is tried again."""
+    bad = claim("geo-v2", "2026-10-01T09:00:00Z", 0.7).model_copy(update={"loaded_on": []})
+    entry = bad
+    for passes in range(1, QUARANTINE_AFTER):
+        (entry,), stuck = quarantine([entry.model_copy(update={"error": "r1: HTTP 409: digest differs"})])
+        assert (entry.failed_passes, stuck) == (passes, [])
+    (loaded,), _ = quarantine([entry.model_copy(update={"loaded_on": ["r1"], "error": ""})])
+    assert loaded.failed_passes == 0  # loaded somewhere: the count starts again
+    (unreached,), _ = quarantine([entry.model_copy(update={"error": ""})])
+    assert unreached.failed_passes == 0  # no replica answered: nothing failed, nothing counted
+    kept, (refusal,) = quarantine([entry.model_copy(update={"error": "r1: HTTP 409: digest differs"})])
+    assert kept == [] and (refusal.job, refusal.reason, refusal.digest) == ("geo-v2", "Quarantined", bad.digest)
+    assert "digest differs" in refusal.message and f"{QUARANTINE_AFTER} passes in a row" in refusal.message
+
+    # The next passes refuse the same files again, before any slot is counted; other files of the job are taken.
+    j = job("geo-v2", servedModelName="geo-v2", alias="geo-prod", promoteWhen={"heldOutRewardAtLeast": 0.1})
+    evaluation = {"heldOutReward": 0.7, "baselineReward": 0.0, "step": 10}
+    same = candidate(j, trained(j, evaluation=evaluation, digest=bad.digest), server())
+    assert isinstance(same, Candidate)
+    held, refused = held_set(server(), [], {"geo-v2": same}, NOW, [refusal])
+    assert (held, refused) == ([], [refusal])
+    other = candidate(j, trained(j, evaluation=evaluation, digest="f" * 64), server())
+    assert isinstance(other, Candidate)
+    held, refused = held_set(server(), [], {"geo-v2": other}, NOW, [refusal])
+    assert [e.digest for e in held] == ["f" * 64] and refused == []
