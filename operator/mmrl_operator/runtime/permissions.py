@@ -126,6 +126,13 @@ PERMISSIONS: tuple[Rule, ...] = (
         "the job's NetworkPolicy: only its own pods, its submitter and KubeRay reach its Ray pods",
     ),
     Rule(APPS, "deployments", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Deployment"),
+    Rule(
+        APPS,
+        "replicasets",
+        ("get",),
+        "watched",
+        "shared serving: a pod is a replica only if its ReplicaSet is the server's Deployment's (the admin key)",
+    ),
     Rule(CORE, "services", ("get", "list", "watch", *APPLY, "delete"), "watched", "serving: the vLLM Service"),
     Rule(CORE, "services/proxy", ("get",), "watched", "serving: ask vLLM's /v1/models through the apiserver"),
     Rule(

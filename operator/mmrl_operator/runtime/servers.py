@@ -120,6 +120,9 @@ class ServerController:
         self._written = WrittenGenerations()
         # The image every replica's gateway runs: the operator's own (the chart passes it), which no job chooses.
         self.gateway_image = os.environ.get(OPERATOR_IMAGE_ENV) or DEFAULT_OPERATOR_IMAGE
+        # ReplicaSet uid -> the uid of the Deployment that controls it ("" for none): a ReplicaSet's controller does
+        # not change, so each is read once.
+        self._replicaset_owner: dict[str, str] = {}
 
     def informers(self) -> list[Informer]:
         return [self.servers, *self.children.values()]
@@ -291,20 +294,40 @@ class ServerController:
             log.info("readiness gate of %s/%s not set: %s", server.namespace, pod["metadata"]["name"], err)
 
     def replicas(self, server: ModelServer) -> list[dict[str, Any]]:
-        """The server's live pods, oldest first."""
+        """The server's live pods, oldest first: those of a ReplicaSet of the server's own Deployment. Any pod of the
+        namespace can carry the server's label; one that only looks like a replica is never sent the admin key,
+        listed or given a readiness gate."""
+        deployment = self.children["Deployment"].get(server.namespace, build.server_child_name(server.name))
+        if deployment is None or not controlled_by(deployment, object_uid(server)):
+            return []
+        ours = deployment["metadata"].get("uid") or ""
         pods = [
             p
             for p in self.children["Pod"].indexed((server.namespace, server.name))
-            if not p["metadata"].get("deletionTimestamp")
+            if not p["metadata"].get("deletionTimestamp") and self._owning_deployment(p) == ours
         ]
         return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+
+    def _owning_deployment(self, pod: dict[str, Any]) -> str:
+        """The uid of the Deployment whose ReplicaSet controls `pod`, "" when none does."""
+        ref = controller_of(pod)
+        if ref is None or ref.get("kind") != "ReplicaSet" or not ref.get("uid"):
+            return ""
+        uid = str(ref["uid"])
+        if uid not in self._replicaset_owner:
+            rs = self.kube.get("apps/v1", "ReplicaSet", pod["metadata"].get("namespace") or "", str(ref.get("name")))
+            if rs is None or (rs.get("metadata") or {}).get("uid") != uid:
+                return ""  # gone, or another object under its name: not cached, the next pass reads again
+            owner = controller_of(rs)
+            self._replicaset_owner[uid] = str(owner["uid"]) if owner and owner.get("kind") == "Deployment" else ""
+        return self._replicaset_owner[uid]
 
     def _wrote(self, stored: dict[str, Any]) -> None:
         self._written.wrote(stored)
         self.children[stored["kind"]].wrote(stored)
 
     def observe(self, server: ModelServer) -> ServerObserved:
-        key, name, uid = (server.namespace, server.name), build.server_child_name(server.name), object_uid(server)
+        name, uid = build.server_child_name(server.name), object_uid(server)
         found: dict[str, dict[str, Any] | None] = {}
         foreign = []
         for kind in ("Deployment", "Service"):
@@ -320,8 +343,8 @@ class ServerController:
                 elif obj is not None:
                     obj = self.children[kind].wrote(obj)
             found[kind] = obj
-        pods = [p for p in self.children["Pod"].indexed(key) if not p["metadata"].get("deletionTimestamp")]
         deployment = found["Deployment"]
+        pods = self.replicas(server)
         return ServerObserved(
             deployment=deployment,
             service=found["Service"],
