@@ -13,6 +13,7 @@ change the model's answers, on the claim the server mounts."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
 
 from mmrl_api import constants as c
 from mmrl_api import parse_job
@@ -31,6 +32,7 @@ from mmrl_local.node.kubelet import Kubelet
 from mmrl_local.stranger import attempts, run_stranger
 from mmrl_operator.cli.chat import ask, ask_server
 from mmrl_operator.cli.rollback import pins_after, previous_target
+from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.runtime.service_proxy import proxy_json
 from mmrl_trainer.tiny import build_tiny_vlm
@@ -180,6 +182,38 @@ def alias_target(cluster: Cluster) -> tuple[str, bool] | None:
     return (found["job"], found["pinned"]) if found and found.get("loadedOn") else None
 
 
+class GateWatch:
+    """Every value a replica's readiness gate takes while it runs, from a watch of the pod: a gate that goes False
+    for a moment (until the next pass) is seen here even when no request happened to meet it."""
+
+    def __init__(self, core: client.CoreV1Api, ns: str, pod: str) -> None:
+        self.core, self.ns, self.pod = core, ns, pod
+        self.values: list[str] = []
+        self._watch = watch.Watch()
+        self._since = core.read_namespaced_pod(pod, ns).metadata.resource_version
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        stream = self._watch.stream(
+            self.core.list_namespaced_pod,
+            self.ns,
+            field_selector=f"metadata.name={self.pod}",
+            resource_version=self._since,
+            timeout_seconds=600,
+        )
+        for event in stream:
+            conditions = event["object"].status.conditions or []
+            self.values += [x.status for x in conditions if x.type == ADAPTERS_LOADED]
+
+    def __enter__(self) -> GateWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._watch.stop()
+        self._thread.join(timeout=30)
+
+
 def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_without_errors_and_a_restart_reloads(
     api_client, namespace, other_namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
 ) -> None:
@@ -275,7 +309,12 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     # Deleting a job unloads its adapter while a client keeps asking the alias: the pinned alias and the other
     # adapter stay, and no replica leaves the Service for the unload (its gate wanted every name the last pass
     # served, the deleted one included, so the only replica went out until the next pass: #44).
-    with KeepAsking(api_client, namespace, SERVER, ALIAS, QUESTION) as asker:
+    replica = cluster.replica()
+    assert replica is not None
+    with (
+        KeepAsking(api_client, namespace, SERVER, ALIAS, QUESTION) as asker,
+        GateWatch(cluster.core, namespace, replica) as gate,
+    ):
         wait_until(lambda: asker.answers, 60, what="the client's first answer")
         cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "beta")
         wait_until(lambda: "beta-lora" not in cluster.models(), 60, what="beta unloaded")
@@ -286,6 +325,7 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
         wait_until(lambda: len(asker.answers) + len(asker.errors) > asked + 3, 60, what="answers after the unload")
     assert not asker.errors, asker.errors[:3]
     assert set(asker.answers) == {alpha}, sorted(set(asker.answers))
+    assert "False" not in gate.values, gate.values  # the replica never left the Service, not even for a pass
     print(
         f"shared server: first adapter answering {first_ready:.0f}s after its report (vLLM start included); "
         f"alias on the next promotion {promotion_seconds:.1f}s after its report"
