@@ -184,34 +184,43 @@ def alias_target(cluster: Cluster) -> tuple[str, bool] | None:
 
 class GateWatch:
     """Every value a replica's readiness gate takes while it runs, from a watch of the pod: a gate that goes False
-    for a moment (until the next pass) is seen here even when no request happened to meet it."""
+    for a moment (until the next pass) is seen here even when no request happened to meet it. It watches in 2 s
+    slices from the last version seen, so it stops at once; a watch that failed fails the test."""
 
     def __init__(self, core: client.CoreV1Api, ns: str, pod: str) -> None:
         self.core, self.ns, self.pod = core, ns, pod
         self.values: list[str] = []
-        self._watch = watch.Watch()
+        self.error: BaseException | None = None
         self._since = core.read_namespaced_pod(pod, ns).metadata.resource_version
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        stream = self._watch.stream(
-            self.core.list_namespaced_pod,
-            self.ns,
-            field_selector=f"metadata.name={self.pod}",
-            resource_version=self._since,
-            timeout_seconds=600,
-        )
-        for event in stream:
-            conditions = event["object"].status.conditions or []
-            self.values += [x.status for x in conditions if x.type == ADAPTERS_LOADED]
+        try:
+            while not self._stop.is_set():
+                stream = watch.Watch().stream(
+                    self.core.list_namespaced_pod,
+                    self.ns,
+                    field_selector=f"metadata.name={self.pod}",
+                    resource_version=self._since,
+                    timeout_seconds=2,
+                )
+                for event in stream:
+                    pod = event["object"]
+                    self._since = pod.metadata.resource_version
+                    self.values += [x.status for x in pod.status.conditions or [] if x.type == ADAPTERS_LOADED]
+        except BaseException as err:  # reported by the test, never lost in a thread
+            self.error = err
 
     def __enter__(self) -> GateWatch:
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._watch.stop()
+        self._stop.set()
         self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "the gate's watch did not stop"
+        assert self.error is None, f"the gate's watch failed: {self.error!r}"
 
 
 def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_without_errors_and_a_restart_reloads(
