@@ -166,10 +166,16 @@ class KubeRayStandIn:
 
     def _watch_once(self, kind: str) -> None:
         """Follow ``kind`` for a few seconds, waking the loop on every event."""
+        ns = self._one_namespace()
         if kind in ("rayclusters", "rayjobs"):
-            func, args = self.custom.list_cluster_custom_object, (*RAY, kind)
+            if ns is None:
+                func, args = self.custom.list_cluster_custom_object, (*RAY, kind)
+            else:
+                func, args = self.custom.list_namespaced_custom_object, (*RAY, ns, kind)
         elif kind == "pods":
-            func, args = self.core.list_pod_for_all_namespaces, ()
+            func, args = (
+                (self.core.list_pod_for_all_namespaces, ()) if ns is None else (self.core.list_namespaced_pod, (ns,))
+            )
         else:
             func, args = self.core.list_node, ()
         kwargs = {"label_selector": "ray.io/cluster"} if kind == "pods" else {}
@@ -183,9 +189,18 @@ class KubeRayStandIn:
             log.debug("watch of %s: %s", kind, err)
             self._stop.wait(1.0)
 
-    def _list(self, path: str, label_selector: str | None = None) -> list[dict]:
-        found = rest.items(self.api, path, label_selector)
-        if self.namespaces is None or path == "/api/v1/nodes":
+    def _one_namespace(self) -> str | None:
+        """The namespace a stand-in limited to one namespace asks the apiserver about (as KubeRay's
+        ``--watch-namespace`` does), so other tests' objects neither travel nor wake it; None: all of them."""
+        return next(iter(self.namespaces)) if self.namespaces is not None and len(self.namespaces) == 1 else None
+
+    def _list(self, group_path: str, plural: str, label_selector: str | None = None) -> list[dict]:
+        """``plural`` under ``group_path`` ("/api/v1", "/apis/ray.io/v1"), in the stand-in's namespaces."""
+        ns = self._one_namespace()
+        if ns is not None:
+            return rest.items(self.api, f"{group_path}/namespaces/{ns}/{plural}", label_selector)
+        found = rest.items(self.api, f"{group_path}/{plural}", label_selector)
+        if self.namespaces is None:
             return found
         return [i for i in found if i["metadata"].get("namespace") in self.namespaces]
 
@@ -193,14 +208,14 @@ class KubeRayStandIn:
         rest.request(self.api, "PATCH", path, body=body, content_type=rest.MERGE)
 
     def reconcile_once(self) -> None:
-        clusters = self._list("/apis/ray.io/v1/rayclusters")
-        jobs = self._list("/apis/ray.io/v1/rayjobs")
-        pods = self._list("/api/v1/pods", "ray.io/cluster")
+        clusters = self._list("/apis/ray.io/v1", "rayclusters")
+        jobs = self._list("/apis/ray.io/v1", "rayjobs")
+        pods = self._list("/api/v1", "pods", "ray.io/cluster")
         services = {
             (s["metadata"]["namespace"], s["metadata"]["name"])
-            for s in self._list("/api/v1/services", f"app.kubernetes.io/created-by={sc.CREATED_BY}")
+            for s in self._list("/api/v1", "services", f"app.kubernetes.io/created-by={sc.CREATED_BY}")
         }
-        nodes = {n["metadata"]["name"]: n for n in self._list("/api/v1/nodes")}
+        nodes = {n["metadata"]["name"]: n for n in rest.items(self.api, "/api/v1/nodes")}
         by_cluster: dict[tuple[str, str], list[dict]] = {}
         for pod in pods:
             key = (pod["metadata"]["namespace"], pod["metadata"]["labels"]["ray.io/cluster"])
