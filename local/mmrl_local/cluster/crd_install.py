@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import yaml
 from kubernetes import client
 
+from mmrl_local.common import yaml_loader
 from mmrl_local.common.apply import apply_objects
 from mmrl_operator.codegen import crd
 
@@ -17,7 +17,7 @@ CRD_DIR = Path(__file__).resolve().parents[3] / "crds"
 
 def install_mmrl_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
     """Every CRD of the mmrl.dev API (MultimodalRLJob, ModelServer)."""
-    bodies = [yaml.safe_load(crd.crd_path(CRD_DIR, kind).read_text()) for kind in crd.KINDS]
+    bodies = [yaml_loader.load(crd.crd_path(CRD_DIR, kind).read_text()) for kind in crd.KINDS]
     apply_objects(api, bodies)
     ext = client.ApiextensionsV1Api(api)
     deadline = time.monotonic() + timeout

@@ -10,10 +10,9 @@ import os
 import time
 from pathlib import Path
 
-import yaml
 from kubernetes import client
 
-from mmrl_local.common import rest
+from mmrl_local.common import rest, yaml_loader
 
 FIELD_MANAGER = "mmrl-local"
 
@@ -46,14 +45,15 @@ def wait_established(api: client.ApiClient, names: list[str], timeout: float = 3
             time.sleep(0.1)
 
 
-def _load(path: Path, cache_dir: Path | None) -> list[dict]:
-    # Parsing 3 MB of YAML costs ~3 s even with libyaml; the module cache is immutable, so keep it as JSON.
+def load_docs(path: Path, cache_dir: Path | None) -> list[dict]:
+    """The YAML documents of ``path``, a file of the (immutable) Go module cache: parsed once and kept as JSON in
+    ``cache_dir``, since parsing 3 MB of YAML costs ~3 s even with libyaml. Fresh objects each call."""
     cached = None
     if cache_dir is not None:
         cached = cache_dir / (hashlib.sha256(str(path).encode()).hexdigest()[:16] + ".json")
         if cached.exists():
             return json.loads(cached.read_text())
-    docs = [d for d in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+    docs = yaml_loader.load_docs(path.read_text())
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")  # parallel test workers may all write it at once
@@ -65,7 +65,7 @@ def _load(path: Path, cache_dir: Path | None) -> list[dict]:
 def install(api: client.ApiClient, paths: list[Path], cache_dir: Path | None = None) -> list[str]:
     names = []
     for path in paths:
-        for doc in _load(path, cache_dir):
+        for doc in load_docs(path, cache_dir):
             if doc.get("kind") == "CustomResourceDefinition":
                 apply_crd(api, doc)
                 names.append(doc["metadata"]["name"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from mmrl_local.common import yaml_loader
 from mmrl_operator.codegen.chart import CHART_DIR as CHART
 
 
@@ -46,4 +47,4 @@ class Helm:
         self, release: str, namespace: str, values: dict[str, Any] | None = None, chart: Path = CHART
     ) -> list[dict[str, Any]]:
         out = self.run("template", release, chart, "-n", namespace, "-f", self.values_file(values or {})).stdout
-        return [doc for doc in yaml.safe_load_all(out) if doc]
+        return yaml_loader.load_docs(out)
