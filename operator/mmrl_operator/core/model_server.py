@@ -21,8 +21,17 @@ from mmrl_operator.core.conditions import Wanted, conditions_from
 from mmrl_operator.core.serving import deployment_state, out_of_date
 from mmrl_operator.core.shape import dig, integer
 
-WAIT_INTERVAL_SECONDS = 10.0  # while a roll-out is pending
-STEADY_INTERVAL_SECONDS = 60.0  # once Ready: every change of a child wakes the server anyway
+RESYNC_SECONDS = 30.0  # the operator's resync (MMRL_RESYNC_SECONDS, the chart's resyncSeconds) by default
+
+
+def wait_interval(resync: float) -> float:
+    """How soon a server's pass comes back while a roll-out is pending: 10 s at the default resync."""
+    return resync / 3
+
+
+def steady_interval(resync: float) -> float:
+    """How soon once Ready: 60 s at the default resync (every change of a child wakes the server anyway)."""
+    return resync * 2
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,14 @@ def generation(server: ModelServer) -> int:
 
 
 def decide_server(
-    server: ModelServer, observed: ServerObserved, now: str, gateway_image: str = DEFAULT_OPERATOR_IMAGE
+    server: ModelServer,
+    observed: ServerObserved,
+    now: str,
+    gateway_image: str = DEFAULT_OPERATOR_IMAGE,
+    resync: float = RESYNC_SECONDS,
 ) -> ServerPlan:
-    """`gateway_image`: the operator's own image, which each replica's gateway runs."""
+    """`gateway_image`: the operator's own image, which each replica's gateway runs. `resync`: the operator's, which
+    the server's periodic passes follow (a safety net: its children's events and its jobs' reports wake it)."""
     spec = server.spec
     plan = ServerPlan()
     if observed.foreign:
@@ -94,7 +108,8 @@ def decide_server(
         plan.events.append(("Warning", "ServerNotReady", message))
     elif phase == "Ready" and was != "Ready":
         plan.events.append(("Normal", "ServerReady", message))
-    plan.requeue_after = STEADY_INTERVAL_SECONDS if phase in ("Ready", "ScaledToZero") else WAIT_INTERVAL_SECONDS
+    steady = phase in ("Ready", "ScaledToZero")
+    plan.requeue_after = steady_interval(resync) if steady else wait_interval(resync)
     return plan
 
 

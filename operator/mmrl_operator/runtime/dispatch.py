@@ -75,7 +75,12 @@ class Runtime:
     def __post_init__(self) -> None:
         self.caches = self.listing or Caches(self.kube, self.namespaces, wake=self.queue.add)
         self.servers = ServerController(
-            self.kube, self.namespaces, active=self.is_leader, jobs=self.jobs, wake_job=self.queue.add
+            self.kube,
+            self.namespaces,
+            active=self.is_leader,
+            jobs=self.jobs,
+            wake_job=self.queue.add,
+            resync_seconds=self.resync_seconds,
         )
         self.caches.server_source = self.servers.servers.get
         self.identities = TrainerIdentities(self.kube, self.namespaces, self.identity_settings, self.wake_namespace)

@@ -28,7 +28,13 @@ from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as build
 from mmrl_operator.core.builders.gateway import admin_key_of, build_admin_secret
 from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
-from mmrl_operator.core.model_server import ServerObserved, ServerPlan, decide_server, status_changed
+from mmrl_operator.core.model_server import (
+    RESYNC_SECONDS,
+    ServerObserved,
+    ServerPlan,
+    decide_server,
+    status_changed,
+)
 from mmrl_operator.core.names import admin_secret_name, object_uid
 from mmrl_operator.core.observed import pod_problem
 from mmrl_operator.core.ownership import controlled_by, controller_of
@@ -98,7 +104,9 @@ class ServerController:
         workers: int = 2,
         jobs: JobStore | None = None,
         wake_job: Callable[[Key], None] = lambda key: None,
+        resync_seconds: float = RESYNC_SECONDS,
     ) -> None:
+        self.resync_seconds = resync_seconds
         # Not `jobs or JobStore()`: an empty store is falsy, and the runtime hands over its own before it fills.
         self.kube, self.jobs, self.wake_job = kube, jobs if jobs is not None else JobStore(), wake_job
         self.queue = WorkQueue(self.reconcile_key, workers=workers, active=active)
@@ -171,7 +179,7 @@ class ServerController:
             if foreign:
                 observed = dataclasses.replace(observed, foreign=(foreign,))
         now = _now()
-        plan = decide_server(server, observed, now, self.gateway_image)
+        plan = decide_server(server, observed, now, self.gateway_image, self.resync_seconds)
         loading = self.adapters(server, plan, now, admin_key) if admin_key else False
         refused = []
         for obj in plan.apply:

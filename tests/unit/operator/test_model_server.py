@@ -116,6 +116,16 @@ def test_an_available_deployment_makes_the_server_ready_and_a_steady_pass_writes
     assert again.events == []  # ServerReady is said once, on the transition
 
 
+def test_the_servers_periodic_passes_follow_the_operators_resync() -> None:
+    ready = ServerObserved(deployment=available(), service=build.build_server_service(server()))
+    pending = ServerObserved()
+    assert decide_server(server(), ready, NOW).requeue_after == 60  # twice the default 30 s resync
+    assert decide_server(server(), pending, NOW).requeue_after == 10
+    # An operator resyncing hourly (tests/cluster/test_wakes.py) leaves the server to its events.
+    assert decide_server(server(), ready, NOW, resync=3600).requeue_after == 7200
+    assert decide_server(server(), pending, NOW, resync=3600).requeue_after == 1200
+
+
 def test_a_changed_spec_or_an_edited_deployment_is_written_again() -> None:
     observed = ServerObserved(deployment=available(), service=build.build_server_service(server()))
     assert [o["kind"] for o in decide_server(server(2, maxLoras=2), observed, NOW).apply] == ["Deployment"]
