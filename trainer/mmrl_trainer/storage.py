@@ -84,15 +84,19 @@ def download_tree(uri: str, dest: Path) -> int:
 
 
 def upload_tree(src: Path, uri: str) -> None:
-    """Copy every file under the local directory `src` to `uri` (keeping sub-paths)."""
-    import pyarrow.fs as pafs
-
+    """Copy every file under the local directory `src` to `uri` (keeping sub-paths); a failed upload raises."""
     fs, path = filesystem(uri)
     for file in sorted(p for p in src.rglob("*") if p.is_file()):
-        rel = file.relative_to(src).as_posix()
-        pafs.copy_files(
-            str(file.absolute()),
-            f"{path.rstrip('/')}/{rel}",
-            source_filesystem=pafs.LocalFileSystem(),
-            destination_filesystem=fs,
-        )
+        upload_file(fs, file, f"{path.rstrip('/')}/{file.relative_to(src).as_posix()}")
+
+
+CHUNK = 8 * 1024 * 1024
+
+
+def upload_file(fs: Any, file: Path, path: str) -> None:
+    """Write `file` to `path` in `fs` and close it here, so a failed write raises. (pyarrow's `copy_files` closes
+    its output in a destructor that only prints the error: with `allow_delayed_open` the PutObject happens at that
+    close, so an upload refused or cut off went by silently and the file was simply not there.)"""
+    with open(file, "rb") as source, fs.open_output_stream(path) as out:
+        while chunk := source.read(CHUNK):
+            out.write(chunk)

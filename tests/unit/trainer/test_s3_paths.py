@@ -5,6 +5,7 @@ it, and the world-size record read from an S3 checkpoint."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,21 +19,23 @@ from mmrl_trainer import storage
 from mmrl_trainer.backends.skyrl import export_final_adapter, localise_data, shared_data
 from mmrl_trainer.staging import MODELS_DIR, model_path
 from mmrl_trainer.world_size import checkpoint_to_resume
-from tests.support.s3_server import running_s3
+from tests.support.s3_server import S3Server, running_s3
 from tests.unit.trainer.skyrl_job import skyrl_config
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    with running_s3(["models", "ckpt"]) as env:
-        yield env
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with running_s3(["models", "ckpt"], tmp_path_factory.mktemp("s3")) as server:
+        yield server
 
 
 @pytest.fixture
-def s3_env(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    for key, value in s3.items():
+def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    s3.check()  # a test that finds the server gone says so, with its log, not as a client's connection error
+    for key, value in s3.env.items():
         monkeypatch.setenv(key, value)
-    return s3
+    yield s3.env
+    s3.check()
 
 
 def upload(tmp_path: Path, files: dict[str, bytes], uri: str) -> None:
@@ -121,3 +124,13 @@ def test_with_s3_checkpoints_the_parquet_goes_to_s3_and_the_entry_task_reads_a_l
     localise_data(skyrl_cfg, tmp_path / "node")  # in the entry task, on whichever node Ray placed it
     assert all(Path(f).is_relative_to(tmp_path / "node") for f in skyrl_cfg.data.train_data + skyrl_cfg.data.val_data)
     assert [pq.read_table(f).num_rows for f in skyrl_cfg.data.train_data + skyrl_cfg.data.val_data] == [4, 2]
+
+
+def test_an_upload_the_server_refuses_raises_instead_of_leaving_the_file_out(s3_env: dict, tmp_path: Path) -> None:
+    """The bucket exists when the filesystem is made, and is gone when the file is written: S3 refuses the PutObject,
+    which pyarrow sends when the stream closes (allow_delayed_open)."""
+    urllib.request.urlopen(urllib.request.Request(f"{s3_env['AWS_ENDPOINT_URL']}/doomed", method="PUT")).close()
+    storage.filesystem("s3://doomed/x")  # made (and cached) while the bucket is there
+    urllib.request.urlopen(urllib.request.Request(f"{s3_env['AWS_ENDPOINT_URL']}/doomed", method="DELETE")).close()
+    with pytest.raises(OSError, match="doomed"):
+        upload(tmp_path, {"adapter/adapter_model.safetensors": b"weights"}, "s3://doomed/ns/job")
