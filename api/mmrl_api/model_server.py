@@ -186,6 +186,9 @@ class ServedAdapter(StatusModel):
     """The ready replicas (pods) that hold it."""
     since: str | None = TIME
     """When the server took it on."""
+    promoted: str | None = TIME
+    """When its job was promoted (its Promoted condition turned True): an alias follows the latest promotion, which
+    a second check of the same files (they leave the held set and come back, `since` anew) does not change."""
     error: str = Field(default="", max_length=2048)
     """The last load that failed, as vLLM answered it."""
     failed_passes: int = Field(default=0, ge=0, le=1000)

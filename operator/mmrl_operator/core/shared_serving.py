@@ -22,6 +22,7 @@ use would vanish under its clients.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,7 @@ class Candidate:
     alias: str = ""  # the alias the job claims
     digest: str = ""  # of every file of the adapter (status.adapter.digest)
     base_model: str = ""  # the model as the job's pods name it: the adapter's config must name it
+    promoted: str | None = None  # when the job's Promoted condition turned True
 
     def served(self, since: str) -> ServedAdapter:
         return ServedAdapter(
@@ -78,6 +80,7 @@ class Candidate:
             digest=self.digest,
             rank=self.rank,
             held_out_reward=self.held_out_reward,
+            promoted=self.promoted,
             since=since,
         )
 
@@ -123,6 +126,9 @@ def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> C
         alias=job.spec.inference.alias or "",
         digest=reported.digest,
         base_model=model_path(job),
+        promoted=next(
+            (c.last_transition_time for c in status.conditions if c.type == "Promoted" and c.status == "True"), None
+        ),
     )
 
 
@@ -198,7 +204,7 @@ def held_set(
             entry.path,
             entry.digest,
         ):
-            keep.append(entry.model_copy(update={"alias": verdict.alias}))
+            keep.append(entry.model_copy(update={"alias": verdict.alias, "promoted": verdict.promoted}))
     refused: list[RefusedAdapter] = []
     names = {e.name: e.job for e in keep}
     aliases = {e.alias for e in keep if e.alias} | {p.alias for p in server.spec.alias_pins}
@@ -274,15 +280,23 @@ def _taken(v: Candidate, base: str, names: dict[str, str], aliases: set[str]) ->
     return None
 
 
+def latest_promotion(entry: ServedAdapter) -> tuple[str, str, tuple[tuple[int, int | str], ...]]:
+    """The order an alias's claims are taken in, the latest last: by its job's promotion (when the server took the
+    files, for a job without the condition), then by the job's name in natural order (geo-v10 after geo-v9)."""
+    parts = re.findall(r"\d+|\D+", entry.job)
+    natural = tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+    return (entry.promoted or entry.since or "", entry.since or "", natural)
+
+
 def alias_targets(
     server: ModelServer, held: list[ServedAdapter], previous: list[AliasStatus], now: str
 ) -> list[AliasStatus]:
     """Where each alias points after this pass. A pin (spec.aliasPins: a rollback) holds it on its job's adapter;
     otherwise it follows the latest promotion: of the held adapters whose jobs claim it and that some replica
-    loaded (at the last pass), the one the server took last. So an alias moves only to files that loaded: one a
-    replica's gateway refuses (its digest or vLLM's rules) never takes it. An alias nobody claims any more keeps
-    pointing where it did while that adapter is held. Each move closes the previous entry of its history and opens
-    one."""
+    loaded (at the last pass), the one whose job was promoted last (`latest_promotion`). So an alias moves only to
+    files that loaded: one a replica's gateway refuses (its digest or vLLM's rules) never takes it. An alias nobody
+    claims any more keeps pointing where it did while that adapter is held. Each move closes the previous entry of
+    its history and opens one."""
     pins = {p.alias: p.job for p in server.spec.alias_pins}
     by_job = {e.job: e for e in held}
     claims: dict[str, list[ServedAdapter]] = {}
@@ -298,7 +312,7 @@ def alias_targets(
         if pinned:
             target = by_job[pins[name]]
         elif eligible:
-            target = max(eligible, key=lambda e: (e.since or "", e.job))
+            target = max(eligible, key=latest_promotion)
         elif current is not None and current in by_job:
             target = by_job[current]
         else:

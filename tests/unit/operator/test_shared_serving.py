@@ -259,6 +259,41 @@ def test_an_alias_follows_the_latest_promotion_keeps_its_history_and_a_pin_rolls
     assert followed.job == "geo-v3" and not followed.pinned
 
 
+def test_a_second_check_of_an_older_promotion_does_not_take_the_alias_and_names_sort_naturally() -> None:
+    v9 = claim("geo-v9", "2026-10-01T08:00:00Z", 0.5).model_copy(update={"promoted": "2026-10-01T07:59:00Z"})
+    v10 = claim("geo-v10", "2026-10-01T09:00:00Z", 0.7).model_copy(update={"promoted": "2026-10-01T08:59:00Z"})
+    (first,) = alias_targets(server(), [v9, v10], [], NOW)
+    assert first.job == "geo-v10"
+    # v9's files left the held set and came back (checked again): the server took them later, its job was not
+    # promoted again, so the alias stays on v10.
+    again = v9.model_copy(update={"since": "2026-10-01T10:00:00Z"})
+    (kept,) = alias_targets(server(), [again, v10], [first], NOW)
+    assert kept.job == "geo-v10" and len(kept.history) == 1
+    # Promoted in the same second: geo-v10 is the later name (natural order), not geo-v9.
+    same = [
+        e.model_copy(update={"promoted": "2026-10-01T09:00:00Z", "since": "2026-10-01T09:00:00Z"}) for e in (v9, v10)
+    ]
+    assert alias_targets(server(), same, [], NOW)[0].job == "geo-v10"
+
+
+def test_the_job_promotion_time_is_what_the_server_holds_an_adapter_by() -> None:
+    j = job("geo-v1", servedModelName="geo-v1", alias="geo-prod", promoteWhen={"heldOutRewardAtLeast": 0.1})
+    status = trained(j, evaluation={"heldOutReward": 0.5, "baselineReward": 0.0, "step": 10})
+    promoted = {
+        "type": "Promoted",
+        "status": "True",
+        "reason": "GatePassed",
+        "message": "m",
+        "lastTransitionTime": "2026-10-01T07:00:00Z",
+    }
+    status = status.model_copy(
+        update={"conditions": [type(status).model_validate({"conditions": [promoted]}).conditions[0]]}
+    )
+    got = candidate(j, status, server())
+    assert isinstance(got, Candidate) and got.promoted == "2026-10-01T07:00:00Z"
+    assert got.served(NOW).promoted == "2026-10-01T07:00:00Z"
+
+
 def test_an_alias_moves_only_to_an_adapter_some_replica_loaded() -> None:
     """A newer claim whose files every replica's gateway refused (a changed file, say) never takes the alias; a
     first adapter gets it once loaded."""
