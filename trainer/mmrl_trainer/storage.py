@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 from pathlib import Path
 from typing import Any
+
+CHUNK = 8 * 1024 * 1024  # what one copy step holds in memory
 
 
 def is_s3(uri: str) -> bool:
@@ -64,11 +67,11 @@ def file_names(uri: str) -> list[str]:
 
 
 def download_file(uri: str, target: Path) -> Path:
-    import pyarrow.fs as pafs
-
+    """Copy the file at `uri` to `target`; a failed read or write raises (see `upload_file`)."""
     fs, path = filesystem(uri)
     target.parent.mkdir(parents=True, exist_ok=True)
-    pafs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    with fs.open_input_stream(path) as source, open(target, "wb") as out:
+        shutil.copyfileobj(source, out, CHUNK)
     return target
 
 
@@ -90,13 +93,9 @@ def upload_tree(src: Path, uri: str) -> None:
         upload_file(fs, file, f"{path.rstrip('/')}/{file.relative_to(src).as_posix()}")
 
 
-CHUNK = 8 * 1024 * 1024
-
-
 def upload_file(fs: Any, file: Path, path: str) -> None:
     """Write `file` to `path` in `fs` and close it here, so a failed write raises. (pyarrow's `copy_files` closes
     its output in a destructor that only prints the error: with `allow_delayed_open` the PutObject happens at that
     close, so an upload refused or cut off went by silently and the file was simply not there.)"""
     with open(file, "rb") as source, fs.open_output_stream(path) as out:
-        while chunk := source.read(CHUNK):
-            out.write(chunk)
+        shutil.copyfileobj(source, out, CHUNK)
