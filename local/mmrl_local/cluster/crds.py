@@ -45,7 +45,7 @@ def wait_established(api: client.ApiClient, names: list[str], timeout: float = 3
             time.sleep(0.1)
 
 
-def load_docs(path: Path, cache_dir: Path | None) -> list[dict]:
+def load_module_docs(path: Path, cache_dir: Path | None) -> list[dict]:
     """The YAML documents of ``path``, a file of the (immutable) Go module cache: parsed once and kept as JSON in
     ``cache_dir``, since parsing 3 MB of YAML costs ~3 s even with libyaml. Fresh objects each call."""
     cached = None
@@ -65,7 +65,7 @@ def load_docs(path: Path, cache_dir: Path | None) -> list[dict]:
 def install(api: client.ApiClient, paths: list[Path], cache_dir: Path | None = None) -> list[str]:
     names = []
     for path in paths:
-        for doc in load_docs(path, cache_dir):
+        for doc in load_module_docs(path, cache_dir):
             if doc.get("kind") == "CustomResourceDefinition":
                 apply_crd(api, doc)
                 names.append(doc["metadata"]["name"])
