@@ -13,7 +13,7 @@ import yaml
 from mmrl_api import MultimodalRLJob, parse_job
 from mmrl_api.gateway_contract import Listing
 from mmrl_api.model_server import ModelServer, ServedAdapter, parse_server
-from mmrl_api.status import JobStatus
+from mmrl_api.status import Condition, JobStatus
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.core.server_replicas import Wanted, replica_plan
 from mmrl_operator.core.shared_serving import (
@@ -286,9 +286,7 @@ def test_the_job_promotion_time_is_what_the_server_holds_an_adapter_by() -> None
         "message": "m",
         "lastTransitionTime": "2026-10-01T07:00:00Z",
     }
-    status = status.model_copy(
-        update={"conditions": [type(status).model_validate({"conditions": [promoted]}).conditions[0]]}
-    )
+    status = status.model_copy(update={"conditions": [Condition.model_validate(promoted)]})
     got = candidate(j, status, server())
     assert isinstance(got, Candidate) and got.promoted == "2026-10-01T07:00:00Z"
     assert got.served(NOW).promoted == "2026-10-01T07:00:00Z"
