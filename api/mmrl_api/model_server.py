@@ -25,7 +25,8 @@ from mmrl_api.constants import API_VERSION, MAX_SERVER_NAME_LENGTH, SERVER_KIND,
 from mmrl_api.job import NAME_RE
 from mmrl_api.kube_syntax import ObjectName, label_map
 from mmrl_api.kueue import field_errors
-from mmrl_api.lifecycle import GPUS_CEL, GPUS_RULE, InferenceResources
+from mmrl_api.label_selector import LabelSelector
+from mmrl_api.lifecycle import GPUS_CEL, GPUS_RULE, InferenceResources, PromotionGate
 from mmrl_api.locations import MOUNT_PATH, SUB_PATH
 from mmrl_api.manifest import FieldError, validate_document
 from mmrl_api.rules import text
@@ -38,6 +39,9 @@ ALIAS_HISTORY = 20
 LORA_RANKS_CEL = "[" + ", ".join(str(r) for r in VLLM_LORA_RANKS) + "]"
 ONE_CLAIM_ONCE = "each claim is mounted once: claimName must be unique"
 ONE_PATH_ONCE = "two claims cannot share a mountPath"
+ONE_ALIAS_ONCE = "each alias is declared once: name must be unique"
+PIN_DECLARED = "aliasPins may only pin an alias the server declares in aliases"
+ALIAS_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
 
 
 class AdapterVolume(ApiModel):
@@ -55,10 +59,26 @@ class AdapterVolume(ApiModel):
     the volume, so no adapter path or link in one can reach another team's files."""
 
 
+class ServerAlias(ApiModel):
+    """A stable name the server offers its clients (e.g. geo-prod), declared by the server's owner: which jobs may
+    claim it (their `spec.inference.alias`) and the gate their adapters must pass, on top of their own, before it
+    moves to them. A job that claims an alias the server does not declare, or that is outside its jobSelector, is
+    refused (its condition InferenceReady says why) and its adapter is not loaded."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=ALIAS_NAME)
+    job_selector: LabelSelector
+    """The jobs (by their labels, in the server's namespace) that may claim the alias; `{}`: every job of the
+    namespace. A job's labels are its own to set: give the right to label jobs this way only to whoever may publish
+    under the alias (the namespace's RBAC, or an admission policy)."""
+    promote_when: PromotionGate | None = None
+    """The owner's gate: the adapter's held-out evaluation (`status.adapter.evaluation`) must pass it, as well as the
+    job's own `promoteWhen`, before the alias may move to it. A job below it is refused (reason AliasGateNotMet)."""
+
+
 class AliasPin(ApiModel):
     """Hold an alias on one job's adapter (a rollback): promotions do not move it while the pin is here."""
 
-    alias: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    alias: str = Field(min_length=1, max_length=128, pattern=ALIAS_NAME)
     job: str = Field(min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
     """The job whose adapter the alias points at; it must be held by the server."""
 
@@ -81,6 +101,17 @@ class ModelServerSpec(ApiModel):
                 "self.adapterVolumes.exists_one(w, w.mountPath == v.mountPath))",
                 ONE_PATH_ONCE,
                 ".adapterVolumes",
+            ),
+            cel(
+                "!has(self.aliases) || self.aliases.all(a, self.aliases.exists_one(b, b.name == a.name))",
+                ONE_ALIAS_ONCE,
+                ".aliases",
+            ),
+            cel(
+                "!has(self.aliasPins) || self.aliasPins.all(p, has(self.aliases) && "
+                "self.aliases.exists(a, a.name == p.alias))",
+                PIN_DECLARED,
+                ".aliasPins",
             ),
         )
     }
@@ -137,6 +168,8 @@ class ModelServerSpec(ApiModel):
     )
     """Extra `vllm serve` arguments. None may name a flag the operator sets from the fields above
     (mmrl_api.vllm_flags: --max-lora-rank, --max-model-len, --host, --port, ...; any spelling or abbreviation)."""
+    aliases: list[ServerAlias] = Field(default_factory=list, max_length=16)
+    """The aliases clients may call, and which jobs may claim each. A job may claim only an alias declared here."""
     alias_pins: list[AliasPin] = Field(default_factory=list, max_length=32)
     """Aliases held on one job's adapter whatever is promoted later: what `mmrl rollback` writes. Remove a pin to let
     the alias follow promotions again."""
@@ -160,6 +193,11 @@ class ModelServerSpec(ApiModel):
             values = [getattr(v, field) for v in self.adapter_volumes]
             if len(values) != len(set(values)):
                 found.append((("adapterVolumes",), message, values))
+        declared = [a.name for a in self.aliases]
+        if len(declared) != len(set(declared)):
+            found.append((("aliases",), ONE_ALIAS_ONCE, declared))
+        if any(p.alias not in declared for p in self.alias_pins):
+            found.append((("aliasPins",), PIN_DECLARED, [p.alias for p in self.alias_pins]))
         if found:
             raise field_errors(found)
         return self

@@ -52,9 +52,10 @@ ASK_PAUSE = 0.25  # seconds between the client's questions: on 2 cores, leave mo
 
 def shared_job(name: str, server: str, seed: int) -> dict[str, Any]:
     """examples/local.yaml (as a merge patch on it) served from `server` under ALIAS, once it beats the untrained
-    model on the held-out colours; trained on its own sample of the colour task."""
+    model on the held-out colours; trained on its own sample of the colour task. Labelled as the server's alias
+    wants (examples/local-model-server.yaml: team=colors)."""
     return {
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"team": "colors"}},
         "spec": {
             "dataset": {"train": f"synthetic://colors?n=256&seed={seed}"},
             "inference": {

@@ -112,6 +112,13 @@ def args_of(dep: client.V1Deployment) -> dict[str, str]:
         ({"gpus": 1, "tensorParallelSize": 2}, "gpus must be 0"),
         ({"extraArgs": ["--max-num-seqs", "8", "--max_lora_r=64"]}, "spec.extraArgs[2]"),
         ({"extraArgs": ["--port", "9000"]}, "sets a vLLM flag the operator sets itself"),
+        ({"aliases": [{"name": "a", "jobSelector": {}}, {"name": "a", "jobSelector": {}}]}, "name must be unique"),
+        ({"aliasPins": [{"alias": "geo-next", "job": "geo-v1"}]}, "only pin an alias the server declares"),
+        (
+            {"aliases": [{"name": "a", "jobSelector": {"matchExpressions": [{"key": "team", "operator": "In"}]}}]},
+            "values must be non-empty for In",
+        ),
+        ({"aliases": [{"name": "a"}]}, "spec.aliases[0].jobSelector: Required value"),
     ],
 )
 def test_the_apiserver_refuses_a_bad_server_and_names_the_field(servers, spec, says) -> None:

@@ -58,9 +58,9 @@ GATE = {"heldOutRewardAtLeast": 0.1}
 
 
 def job_doc(name: str) -> dict[str, Any]:
-    """The example job, served from SERVER."""
+    """The example job, served from SERVER, labelled as its alias's jobSelector wants."""
     doc = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
-    doc["metadata"] = {"name": name}
+    doc["metadata"] = {"name": name, "labels": {"team": "colors"}}
     doc["spec"]["inference"] = {
         "server": SERVER,
         "servedModelName": f"{name}-lora",
@@ -231,7 +231,7 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     tiny = build_tiny_vlm()
     shutil.copytree(tiny, host / MODEL_DIR)
     cluster.create(c.SERVER_PLURAL, server_doc())
-    for name in ("alpha", "beta", "gamma"):
+    for name in ("alpha", "beta", "gamma", "delta"):
         kuberay.script(f"{name}-a*", "succeed-after=1")
         cluster.create(c.PLURAL, job_doc(name))
 
@@ -251,6 +251,17 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     assert "digest" in cluster.ready("gamma")["message"], cluster.ready("gamma")
     wait_until(lambda: alias_target(cluster) == ("alpha", False), 60, what=f"{ALIAS} on alpha")
     assert "gamma-lora" not in cluster.models()
+
+    # delta is not one of the jobs the server lets claim the alias (its jobSelector: team=colors): refused with the
+    # reason in its condition, whatever its score, and never loaded.
+    cluster.custom.patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, "delta", {"metadata": {"labels": {"team": "someone-else"}}}
+    )
+    report(cluster, host, tiny, "delta", seed=4, reward=0.95)
+    wait_until(lambda: cluster.ready("delta").get("reason") == "AliasNotAllowed", 60, what="delta refused")
+    assert "team=colors" in cluster.ready("delta")["message"], cluster.ready("delta")
+    assert "delta-lora" not in cluster.models() and alias_target(cluster) == ("alpha", False)
+    cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "delta")
 
     # Strangers: a pod of the namespace that is not the operator, and one of another namespace, try to load, unload
     # and load in place, through the Service and at the replica's IP, and the gateway's admin API with no key or a

@@ -5,6 +5,7 @@ created, on every pass, so a change to the gate in the spec re-evaluates it (and
 from __future__ import annotations
 
 from mmrl_api import MultimodalRLJob
+from mmrl_api.lifecycle import PromotionGate
 from mmrl_api.status import JobStatus
 
 
@@ -15,8 +16,12 @@ def _score(value: float | None) -> str:
 def gate_verdict(job: MultimodalRLJob, status: JobStatus) -> tuple[bool, str] | None:
     """None without a gate; else (passed, a sentence with the scores and, when it failed, every test it missed)."""
     gate = job.spec.inference.promote_when
-    if gate is None:
-        return None
+    return None if gate is None else judge(gate, status, "spec.inference.promoteWhen")
+
+
+def judge(gate: PromotionGate, status: JobStatus, where: str) -> tuple[bool, str]:
+    """(passed, a sentence with the scores and, when it failed, every test it missed) for `gate`, which `where`
+    names: the job's own, or a ModelServer alias's."""
     evaluation = status.adapter.evaluation if status.adapter else None
     held = evaluation.held_out_reward if evaluation else None
     base = evaluation.baseline_reward if evaluation else None
@@ -33,5 +38,5 @@ def gate_verdict(job: MultimodalRLJob, status: JobStatus) -> tuple[bool, str] | 
         elif held <= base:
             missed.append("held-out reward does not beat the base model's")
     if missed:
-        return False, f"not promoted ({scores}): {'; '.join(missed)} (spec.inference.promoteWhen)"
-    return True, f"promoted ({scores}): passes spec.inference.promoteWhen"
+        return False, f"not promoted ({scores}): {'; '.join(missed)} ({where})"
+    return True, f"promoted ({scores}): passes {where}"

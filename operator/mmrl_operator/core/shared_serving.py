@@ -12,7 +12,9 @@ spec and status (never taken on trust from the job's phase):
   UID), on a claim the server mounts at the job's mount path and sub-path: a stranger's adapter has another path;
 - the server can serve it as it was trained: the same base model and revision, a rank within `maxLoraRank`, a
   context at least as long as the longest conversation it was trained on, and a pixel cap no larger than training's;
-- its served name is not taken by another job's adapter or the base model, and there is room (`maxAdapters`).
+- its served name is not taken by another job's adapter or the base model, and there is room (`maxAdapters`);
+- the alias it claims, if any, is one the server declares (`spec.aliases`), its job's labels match the alias's
+  jobSelector, and its evaluation passes the alias's own gate (the server owner's, on top of the job's).
 
 The held set is the server's status (`status.adapters`): an adapter stays until its job is gone (a fresh read says
 so) or no longer qualifies, so a restarted operator whose job store is still empty unloads nothing. New adapters
@@ -40,7 +42,7 @@ from mmrl_api.status import JobStatus
 from mmrl_operator.core.builders import model_server as server_build
 from mmrl_operator.core.builders.inference import adapter_name, model_path, served_base_name, training_processor_kwargs
 from mmrl_operator.core.names import job_dir, job_uid
-from mmrl_operator.core.promotion import gate_verdict
+from mmrl_operator.core.promotion import gate_verdict, judge
 from mmrl_operator.core.server_replicas import Wanted
 
 TRAINED_PHASES = ("Succeeded", "Serving")
@@ -104,7 +106,7 @@ def candidate(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> C
     cfg.setdefault("base_model_name_or_path", reported.base_model or None)
     if adapter_rules.config_violations(cfg):
         return None  # the job's own pass fails it (InvalidAdapter)
-    refusal = fit(job, server, reported.rank, reported.path)
+    refusal = fit(job, server, reported.rank, reported.path) or alias_claim(job, status, server)
     if refusal is not None:
         return refusal
     if not reported.digest:
@@ -173,6 +175,35 @@ def fit(job: MultimodalRLJob, server: ModelServer, rank: int, path: str) -> Refu
     expected = f"{job_dir(job)}/adapter"
     if path != expected or not path.startswith(server_build.adapter_root(server, volume) + "/"):
         return Refusal("AdapterPath", f"the adapter must be at {expected}, where the job exports it; it reports {path}")
+    return None
+
+
+def alias_claim(job: MultimodalRLJob, status: JobStatus, server: ModelServer) -> Refusal | None:
+    """Why the server refuses the alias the job claims (spec.inference.alias), or None (no claim, or a claim the
+    server's owner allows): the server must declare the alias, the job's labels must match its jobSelector, and the
+    adapter must pass its promoteWhen."""
+    name = job.spec.inference.alias
+    if not name:
+        return None
+    declared = next((a for a in server.spec.aliases if a.name == name), None)
+    if declared is None:
+        offered = ", ".join(a.name for a in server.spec.aliases) or "none"
+        return Refusal(
+            "AliasNotDeclared",
+            f"server {server.name} does not declare alias {name} (its spec.aliases: {offered}); its owner declares "
+            "each alias and which jobs may claim it",
+        )
+    labels = (job.metadata.model_extra or {}).get("labels") or {}
+    if not declared.job_selector.matches(labels):
+        return Refusal(
+            "AliasNotAllowed",
+            f"server {server.name} lets only jobs labelled {declared.job_selector} claim alias {name}; this job's "
+            f"labels do not match",
+        )
+    if declared.promote_when is not None:
+        passed, why = judge(declared.promote_when, status, f"server {server.name}'s promoteWhen for alias {name}")
+        if not passed:
+            return Refusal("AliasGateNotMet", why)
     return None
 
 

@@ -63,6 +63,26 @@ def test_a_rank_vllm_does_not_accept_is_refused_by_name(rank: int) -> None:
         ({"maxImagePixels": 100}, "spec.maxImagePixels", "greater than or equal to 3136"),
         ({"replicas": -1}, "spec.replicas", "greater than or equal to 0"),
         ({"unknown": 1}, "spec.unknown", "unknown field"),
+        ({"aliases": [{"name": "a", "jobSelector": {}}, {"name": "a", "jobSelector": {}}]}, "spec.aliases", "unique"),
+        ({"aliasPins": [{"alias": "geo-next", "job": "geo-v1"}]}, "spec.aliasPins", "an alias the server declares"),
+        (
+            {
+                "aliases": [
+                    {
+                        "name": "a",
+                        "jobSelector": {"matchExpressions": [{"key": "t", "operator": "Exists", "values": ["x"]}]},
+                    }
+                ]
+            },
+            "spec.aliases[0].jobSelector.matchExpressions[0]",
+            "empty for Exists",
+        ),
+        ({"aliases": [{"name": "a"}]}, "spec.aliases[0].jobSelector", "required"),
+        (
+            {"aliases": [{"name": "a", "jobSelector": {"matchLabels": {"team": "a b"}}}]},
+            "spec.aliases[0].jobSelector.matchLabels",
+            "label value",
+        ),
     ],
 )
 def test_a_bad_field_is_named(spec: dict[str, Any], path: str, says: str) -> None:

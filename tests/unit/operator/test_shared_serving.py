@@ -26,6 +26,7 @@ from mmrl_operator.core.shared_serving import (
     held_set,
     job_view,
     quarantine,
+    server_refusal,
     settle_aliases,
 )
 
@@ -41,9 +42,13 @@ def server(**spec: Any) -> ModelServer:
     return parse_server(doc)
 
 
-def job(name: str = "geo", created: str = "2026-10-01T08:00:00Z", **inference: Any) -> MultimodalRLJob:
+def job(
+    name: str = "geo", created: str = "2026-10-01T08:00:00Z", labels: dict[str, str] | None = None, **inference: Any
+) -> MultimodalRLJob:
+    """examples/job.yaml served from examples/model-server.yaml, labelled (by default) as its alias geo-prod wants."""
     doc = yaml.safe_load((ROOT / "examples" / "job.yaml").read_text())
     doc["metadata"].update(name=name, uid=f"{name}-0000-0000-0000-000000000000", creationTimestamp=created)
+    doc["metadata"]["labels"] = {"team": "geo"} if labels is None else labels
     doc["spec"]["inference"] = {"server": "qwen3vl-8b", **inference}
     return parse_job(doc)
 
@@ -224,10 +229,11 @@ def test_a_job_served_from_a_server_makes_no_deployment_and_removes_one_it_had()
 
 
 def claim(name: str, since: str, reward: float, alias: str = "geo-prod") -> ServedAdapter:
+    """A job's claim of `alias` on a server that lets every job of the namespace claim it, with no gate of its own."""
     j = job(name, servedModelName=name, alias=alias, promoteWhen={"heldOutRewardAtLeast": 0.1})
     digest = hashlib.sha256(name.encode()).hexdigest()  # each adapter's files differ
     status = trained(j, evaluation={"heldOutReward": reward, "baselineReward": 0.0, "step": 10}, digest=digest)
-    got = candidate(j, status, server())
+    got = candidate(j, status, server(aliases=[{"name": alias, "jobSelector": {}}]))
     assert isinstance(got, Candidate) and got.alias == alias
     return got.served(since).model_copy(update={"loaded_on": ["r1"]})
 
@@ -278,7 +284,7 @@ def test_a_second_check_of_an_older_promotion_does_not_take_the_alias_and_names_
 
 def test_the_job_promotion_time_is_what_the_server_holds_an_adapter_by() -> None:
     j = job("geo-v1", servedModelName="geo-v1", alias="geo-prod", promoteWhen={"heldOutRewardAtLeast": 0.1})
-    status = trained(j, evaluation={"heldOutReward": 0.5, "baselineReward": 0.0, "step": 10})
+    status = trained(j, evaluation={"heldOutReward": 0.7, "baselineReward": 0.0, "step": 10})
     promoted = {
         "type": "Promoted",
         "status": "True",
@@ -290,6 +296,52 @@ def test_the_job_promotion_time_is_what_the_server_holds_an_adapter_by() -> None
     got = candidate(j, status, server())
     assert isinstance(got, Candidate) and got.promoted == "2026-10-01T07:00:00Z"
     assert got.served(NOW).promoted == "2026-10-01T07:00:00Z"
+
+
+def scored(j: MultimodalRLJob, reward: float, baseline: float = 0.0) -> JobStatus:
+    return trained(j, evaluation={"heldOutReward": reward, "baselineReward": baseline, "step": 10})
+
+
+def test_an_alias_is_the_servers_only_jobs_its_selector_takes_that_pass_its_owners_gate_may_claim_it() -> None:
+    """examples/model-server.yaml declares geo-prod for jobs labelled team=geo, held-out reward at least 0.6 and
+    above the base model's. The job's own gate (0.1) is lower: the owner's is what the alias asks."""
+    gate = {"heldOutRewardAtLeast": 0.1}
+    ok = job("geo-v1", alias="geo-prod", promoteWhen=gate)
+    got = candidate(ok, scored(ok, 0.7), server())
+    assert isinstance(got, Candidate) and got.alias == "geo-prod"
+
+    stranger = job("geo-v2", labels={"team": "vision"}, alias="geo-prod", promoteWhen=gate)
+    refused = candidate(stranger, scored(stranger, 0.9), server())
+    assert isinstance(refused, Refusal) and refused.reason == "AliasNotAllowed", refused
+    assert "team=geo" in refused.message and "geo-prod" in refused.message
+    unlabelled = job("geo-v3", labels={}, alias="geo-prod", promoteWhen=gate)
+    assert candidate(unlabelled, scored(unlabelled, 0.9), server()).reason == "AliasNotAllowed"  # type: ignore[union-attr]
+
+    undeclared = job("geo-v4", alias="geo-staging", promoteWhen=gate)
+    refused = candidate(undeclared, scored(undeclared, 0.9), server())
+    assert isinstance(refused, Refusal) and refused.reason == "AliasNotDeclared"
+    assert "geo-staging" in refused.message and "spec.aliases: geo-prod" in refused.message
+
+    # Passes its own gate (0.1), not the owner's: 0.5 is below 0.6, and 0.7 does not beat a base model at 0.8.
+    for reward, baseline, missed in ((0.5, 0.0, "below heldOutRewardAtLeast 0.6"), (0.7, 0.8, "does not beat")):
+        low = job("geo-v5", alias="geo-prod", promoteWhen=gate)
+        refused = candidate(low, scored(low, reward, baseline), server())
+        assert isinstance(refused, Refusal) and refused.reason == "AliasGateNotMet", refused
+        assert missed in refused.message and "alias geo-prod" in refused.message
+
+    # A job that claims no alias is served under its own name whatever its labels: the selector guards the alias.
+    plain = job("geo-v6", labels={"team": "vision"}, servedModelName="geo-v6")
+    assert isinstance(candidate(plain, scored(plain, 0.1), server()), Candidate)
+
+
+def test_a_refused_claim_is_said_in_the_jobs_condition_and_stalls_it() -> None:
+    stranger = job("geo-v2", labels={"team": "vision"}, alias="geo-prod", promoteWhen={"heldOutRewardAtLeast": 0.1})
+    verdict = candidate(stranger, scored(stranger, 0.9), server())
+    _, refused = held_set(server(), [], {"geo-v2": verdict}, NOW)
+    status = {"status": {"refused": [r.model_dump(by_alias=True) for r in refused], "adapters": []}}
+    ready, reason, message = job_view(stranger, status)
+    assert (ready, reason) == (False, "AliasNotAllowed") and "team=geo" in message
+    assert server_refusal("qwen3vl-8b", (ready, reason, message)) == (reason, message)
 
 
 def test_an_alias_moves_only_to_an_adapter_some_replica_loaded() -> None:
