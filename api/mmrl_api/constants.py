@@ -121,6 +121,10 @@ EFA_RDMA_INSTANCE_FAMILIES = ("p4d", "p5", "p6")
 
 # --- vLLM -----------------------------------------------------------------------------------------------
 # The ranks vLLM's --max-lora-rank accepts; an adapter of rank r is served with the smallest value >= r.
+# The vLLM image every server defaults to, a job's own and a ModelServer's: one serving pin. Not the rollout engines'
+# 0.23.0 (docker/trainer-pins.txt): 0.23 answers an alias moved in place with its old adapter from its prefix cache
+# (docs/serving.md, "Which vLLM serves"; bench/vllm_alias_move.py).
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # Modules whose LoRA weights vLLM refuses to load (it cannot serve adapters that touch them).
 VLLM_FORBIDDEN_LORA_TARGETS = ("lm_head", "embed_tokens")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mmrl_api.base import ApiModel, cel, cel_rules, exactly_one_cel, not_below, require_exactly_one
+from mmrl_api.constants import DEFAULT_VLLM_IMAGE
 from mmrl_api.kube_syntax import label_map, resource_map
 from mmrl_api.kueue import field_error
 from mmrl_api.locations import MOUNT_PATH, NO_PARENT_SEGMENT, S3_URI, SUB_PATH
@@ -147,7 +148,7 @@ class InferenceSpec(ApiModel):
 
     enabled: bool = True
     """Serve the adapter once training succeeds; false ends the job at Succeeded (and removes a Deployment)."""
-    image: str = Field(default="vllm/vllm-openai:v0.33.0", min_length=1, max_length=512)
+    image: str = Field(default=DEFAULT_VLLM_IMAGE, min_length=1, max_length=512)
     """The vLLM OpenAI-server image; its entrypoint is replaced by `python3 -m vllm.entrypoints.openai.api_server`."""
     replicas: int = Field(default=1, ge=0, le=64)
     resources: InferenceResources = Field(default_factory=InferenceResources)

@@ -21,7 +21,13 @@ from pydantic import Field, field_validator, model_validator
 
 from mmrl_api.base import ApiModel, cel, cel_rules, immutable
 from mmrl_api.cluster import Toleration
-from mmrl_api.constants import API_VERSION, MAX_SERVER_NAME_LENGTH, SERVER_KIND, VLLM_LORA_RANKS
+from mmrl_api.constants import (
+    API_VERSION,
+    DEFAULT_VLLM_IMAGE,
+    MAX_SERVER_NAME_LENGTH,
+    SERVER_KIND,
+    VLLM_LORA_RANKS,
+)
 from mmrl_api.job import NAME_RE
 from mmrl_api.kube_syntax import ObjectName, label_map
 from mmrl_api.kueue import field_errors
@@ -34,7 +40,6 @@ from mmrl_api.spec import DNS_LABEL, EnvFromSource, EnvVar, ModelSpec
 from mmrl_api.status import MESSAGE_MAX, NAME_MAX, PATH_MAX, TIME, Condition, StatusModel
 from mmrl_api.vllm_flags import NOT_AN_OWNED_FLAG, instead
 
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 ALIAS_HISTORY = 20
 LORA_RANKS_CEL = "[" + ", ".join(str(r) for r in VLLM_LORA_RANKS) + "]"
 ONE_CLAIM_ONCE = "each claim is mounted once: claimName must be unique"

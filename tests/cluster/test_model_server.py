@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 
 from mmrl_api import constants as c
-from mmrl_api.model_server import DEFAULT_VLLM_IMAGE
+from mmrl_api.constants import DEFAULT_VLLM_IMAGE
 from mmrl_local.addons.operator_process import CHECKOUT_IMAGE
 from mmrl_local.cluster import storage
 from tests.support.operator import wait_until

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from mmrl_api import constants
+from mmrl_api.constants import DEFAULT_VLLM_IMAGE
 from mmrl_api.lifecycle import InferenceSpec
-from mmrl_api.model_server import DEFAULT_VLLM_IMAGE
 from mmrl_local.toolchain import vllm_cpu
 
 ROOT = Path(__file__).resolve().parents[3]
