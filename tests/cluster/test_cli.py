@@ -5,26 +5,16 @@ them."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.chart import token_kubeconfig
+from tests.support.cli import mmrl
 from tests.support.jobspecs import cluster_job
 
 pytestmark = pytest.mark.cluster
-
-
-def mmrl(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """The CLI with no kubeconfig of its own: only what the arguments name."""
-    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(home / "no-kubeconfig")}
-    return subprocess.run(
-        [sys.executable, "-m", "mmrl_operator.cli", *args], env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 def with_team_context(admin: Path, namespace: str, path: Path) -> Path:

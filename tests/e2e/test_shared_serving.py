@@ -31,11 +31,11 @@ from mmrl_local.demo_shared import KeepAsking
 from mmrl_local.node.kubelet import Kubelet
 from mmrl_local.stranger import attempts, run_stranger
 from mmrl_operator.cli.chat import ask, ask_server
-from mmrl_operator.cli.rollback import pins_after, previous_target
 from mmrl_operator.core.builders.model_server import ADAPTERS_LOADED
 from mmrl_operator.core.names import job_dir
 from mmrl_operator.runtime.service_proxy import proxy_json
 from mmrl_trainer.tiny import build_tiny_vlm
+from tests.support.cli import mmrl
 from tests.support.lora import export_random_adapter
 from tests.support.operator import wait_until
 from tests.support.polling import wait_while_progressing
@@ -224,7 +224,7 @@ class GateWatch:
 
 
 def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_without_errors_and_a_restart_reloads(
-    api_client, namespace, other_namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
+    api_client, control_plane, namespace, other_namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
 ) -> None:
     cluster = Cluster(api_client, namespace)
     host = storage.create_hostpath_claim(cluster.core, namespace, CLAIM, tmp_path / "claim")
@@ -302,9 +302,14 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
         wait_until(lambda: alias_target(cluster) == ("beta", False), 120, what=f"{ALIAS} on beta")
         promotion_seconds = time.monotonic() - promoted
         wait_until(lambda: asker.answers[-1] != alpha, 60, what="the alias answering as another adapter")
-        spec = cluster.get(c.SERVER_PLURAL, SERVER)["spec"]
-        pins = {"spec": {"aliasPins": pins_after(spec, ALIAS, previous_target(cluster.server(), ALIAS))}}
-        cluster.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.SERVER_PLURAL, SERVER, pins)
+        # `mmrl rollback`, as a user runs it: a target the server does not hold is refused (exit 1, nothing
+        # changed); the previous target in the alias's history is pinned.
+        on_server = ("--server", SERVER, "--kubeconfig", str(control_plane.kubeconfig), "-n", namespace)
+        refused = mmrl("rollback", ALIAS, *on_server, "--to", "gamma", home=tmp_path)  # gamma was deleted
+        assert refused.returncode == 1 and "gamma" in refused.stderr, refused
+        assert not cluster.get(c.SERVER_PLURAL, SERVER)["spec"].get("aliasPins")
+        done = mmrl("rollback", ALIAS, *on_server, home=tmp_path)
+        assert done.returncode == 0 and f"pinned {ALIAS} to job alpha" in done.stdout, done
         wait_until(lambda: alias_target(cluster) == ("alpha", True), 60, what=f"{ALIAS} pinned back on alpha")
         wait_until(lambda: asker.answers[-1] == alpha, 60, what="the alias answering as alpha again")
     beta = ask(api_client, namespace, "beta", QUESTION)[0]
@@ -316,6 +321,14 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     history = next(a for a in status["aliases"] if a["name"] == ALIAS)["history"]
     assert [(h["job"], h["heldOutReward"]) for h in history] == [("alpha", 0.5), ("beta", 0.7), ("alpha", 0.5)]
     assert all(h.get("until") for h in history[:-1]) and not history[-1].get("until")
+    # `mmrl status NAME --server`, as a user runs it: the adapters, the pinned alias and its history with the rewards.
+    shown = mmrl(
+        "status", SERVER, "--server", "--kubeconfig", str(control_plane.kubeconfig), "-n", namespace, home=tmp_path
+    )
+    assert shown.returncode == 0, shown
+    lines = shown.stdout.splitlines()
+    assert f"  alias {ALIAS} -> alpha-lora (job alpha) (pinned)" in lines, shown.stdout
+    assert [ln.split()[3] for ln in lines if ln.startswith("    20")] == ["alpha", "beta", "alpha"], shown.stdout
 
     # A replica that restarts holds nothing: the operator loads both adapters and the alias again.
     old = cluster.replica()
