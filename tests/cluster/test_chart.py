@@ -21,6 +21,7 @@ from mmrl_local.cluster import crds
 from mmrl_local.toolchain import build
 from mmrl_operator.codegen import chart
 from mmrl_operator.codegen.crd import JOB, KINDS, SERVER, KindSpec, build_crd
+from mmrl_operator.codegen.server_pod_policy import PODS_POLICY, WORKLOADS_POLICY
 from mmrl_operator.codegen.spec_patch_policy import POLICY_NAME as SPEC_PATCH_POLICY
 from mmrl_operator.codegen.trainer_status_policy import POLICY_NAME
 from mmrl_operator.core.builders.identity import build_trainer_identity
@@ -198,7 +199,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     expected |= {"RoleBinding", "Service", "Deployment", "ValidatingAdmissionPolicy"}
     assert expected <= set(kinds) and ("ServiceMonitor" in kinds) is (mode == "namespaced")
     policies = {o["metadata"]["name"] for o in of_kind(objects, "ValidatingAdmissionPolicy")}
-    assert SPEC_PATCH_POLICY in policies  # on by default
+    assert {SPEC_PATCH_POLICY, PODS_POLICY, WORKLOADS_POLICY} <= policies  # on by default
     apply_objects(api_client, objects, dry_run=True)  # raises on the first object the apiserver refuses
     # The restricted Pod Security Standard is enforced on pods (a Deployment only warns): admit the pod itself.
     core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.cluster
 
 ALL_OFF = {
     "specPatchPolicy": {"enabled": False},
+    "serverPodPolicy": {"enabled": False},
     "networkPolicy": {"enabled": False},
     "aggregatedRoles": {"enabled": False},
 }
@@ -86,6 +87,7 @@ def roles_release(cluster_helm: Helm, namespace: str, mmrl_crd: None) -> Iterato
         "crds": {"enabled": False},
         "trainerStatusPolicy": {"enabled": False},
         "specPatchPolicy": {"enabled": False},
+        "serverPodPolicy": {"enabled": False},
         "replicaCount": 0,
         "metrics": {"service": {"enabled": False}},
     }

@@ -82,7 +82,11 @@ def refusal(api: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) 
 
 def install(helm: Helm, release: str, namespace: str, enabled: bool, upgrade: bool = False) -> None:
     # The session already installed the CRD and the trainer status policy; the release brings only the new policy.
-    values = {"crds": {"enabled": False}, "trainerStatusPolicy": {"enabled": False}}
+    values = {
+        "crds": {"enabled": False},
+        "trainerStatusPolicy": {"enabled": False},
+        "serverPodPolicy": {"enabled": False},
+    }
     values["specPatchPolicy"] = {"enabled": enabled}
     helm.run("upgrade" if upgrade else "install", release, CHART, "-n", namespace, "-f", helm.values_file(values))
 

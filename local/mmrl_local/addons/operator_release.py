@@ -39,7 +39,7 @@ def values(
     trainer_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Chart values for the built image on the dedicated node. ``cluster_objects`` False leaves the CRD and the
-    trainer-status policy out (a cluster that has them already, as the test session does). Each job's
+    admission policies out (a cluster that has them already, as the test session does). Each job's
     NetworkPolicy admits the in-cluster KubeRay (``kuberay_incluster``) from its namespace. ``trainer_annotations``
     go on every namespace's mmrl-trainer ServiceAccount (the chart's trainerIdentity.annotations)."""
     repository, tag = image.image.rsplit(":", 1)
@@ -49,6 +49,7 @@ def values(
         "watchNamespaces": list(watch or []),
         "crds": {"enabled": cluster_objects},
         "trainerStatusPolicy": {"enabled": cluster_objects},
+        "serverPodPolicy": {"enabled": cluster_objects},
         "networkPolicy": {"kuberay": {"namespace": kuberay_incluster.NAMESPACE}},
         "nodeSelector": {nodes.DEDICATED_LABEL: ROLE},
         "tolerations": [{**nodes.dedicated_taint(ROLE), "operator": "Equal"}],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -40,13 +41,38 @@ def install_trainer_status_policy(api: client.ApiClient, timeout: float = 30.0) 
     (mmrl_operator.codegen.trainer_status_policy)."""
     from mmrl_operator.codegen.trainer_status_policy import build_trainer_status_policy
 
-    apply_objects(api, build_trainer_status_policy())
-    policy = build_trainer_status_policy()[0]
+    install_policies(api, build_trainer_status_policy(), timeout)
+
+
+def install_policies(api: client.ApiClient, objects: list[dict[str, Any]], timeout: float = 30.0) -> None:
+    """ValidatingAdmissionPolicies and their bindings, applied, and waited for until the apiserver has type-checked
+    each policy (before that it does not enforce it)."""
+    apply_objects(api, objects)
     admission = client.AdmissionregistrationV1Api(api)
+    names = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:  # the apiserver type-checks a policy before it enforces it
-        found = admission.read_validating_admission_policy(policy["metadata"]["name"])
-        if found.status and found.status.observed_generation == found.metadata.generation:
-            return
-        time.sleep(0.1)
-    raise TimeoutError("the trainer status policy was not type-checked by the apiserver")
+    while names and time.monotonic() < deadline:
+        found = {n: admission.read_validating_admission_policy(n) for n in names}
+        names = [
+            n for n, p in found.items() if not (p.status and p.status.observed_generation == p.metadata.generation)
+        ]
+        if names:
+            time.sleep(0.1)
+    if names:
+        raise TimeoutError(f"admission policies not type-checked by the apiserver: {', '.join(names)}")
+
+
+def remove_policies(api: client.ApiClient, objects: list[dict[str, Any]]) -> None:
+    """Delete the policies and bindings `install_policies` applied (those already gone are skipped)."""
+    admission = client.AdmissionregistrationV1Api(api)
+    for obj in objects:
+        delete = (
+            admission.delete_validating_admission_policy
+            if obj["kind"] == "ValidatingAdmissionPolicy"
+            else admission.delete_validating_admission_policy_binding
+        )
+        try:
+            delete(obj["metadata"]["name"])
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -19,6 +19,7 @@ import yaml
 
 from mmrl_operator.codegen.crd import JOB, SERVER, build_crd
 from mmrl_operator.codegen.generated import generator_main
+from mmrl_operator.codegen.server_pod_policy import build_server_pod_policy
 from mmrl_operator.codegen.spec_patch_policy import build_spec_patch_policy
 from mmrl_operator.codegen.trainer_status_policy import build_trainer_status_policy
 from mmrl_operator.codegen.user_roles import user_roles
@@ -196,6 +197,9 @@ def render() -> dict[str, str]:
         ),
         "templates/spec-patch-policy.yaml": render_policy(
             build_spec_patch_policy(), "operator/mmrl_operator/codegen/spec_patch_policy.py", "specPatchPolicy"
+        ),
+        "templates/server-pod-policy.yaml": render_policy(
+            build_server_pod_policy(), "operator/mmrl_operator/codegen/server_pod_policy.py", "serverPodPolicy"
         ),
     }
 

@@ -191,6 +191,11 @@ def admission_policy(
     if variables:
         spec["variables"] = variables
     spec["validations"] = validations
+    return policy_with_binding(name, spec)
+
+
+def policy_with_binding(name: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy with `spec`, and its cluster-wide Deny binding, labelled as mmrl's."""
     metadata = {"name": name, "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY}}
     policy = {"apiVersion": ADMISSION_API, "kind": "ValidatingAdmissionPolicy", "metadata": metadata, "spec": spec}
     binding = {

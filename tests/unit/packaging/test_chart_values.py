@@ -61,8 +61,10 @@ def test_generated_templates_are_fresh() -> None:
 
 
 def test_the_chart_is_secure_by_default() -> None:
-    """The spec-patch policy, each job's NetworkPolicy and the user roles are on unless the platform turns them off."""
+    """The spec-patch and server-pod policies, each job's NetworkPolicy and the user roles are on unless the platform
+    turns them off."""
     assert VALUES["specPatchPolicy"]["enabled"] is True
+    assert VALUES["serverPodPolicy"]["enabled"] is True
     assert VALUES["networkPolicy"]["enabled"] is True
     assert VALUES["aggregatedRoles"]["enabled"] is True
     assert VALUES["trainerStatusPolicy"]["enabled"] is True
