@@ -1,5 +1,6 @@
 """The chart's server-pod policies (mmrl_operator.codegen.server_pod_policy) on the real apiserver, with the real
-controller-manager: the operator's ModelServer still gets its Deployment, ReplicaSet and Ready replica through them,
+controller-manager: the operator, authenticated as the chart's ServiceAccount with only the chart's RBAC, still gets
+its ModelServer's Deployment, ReplicaSet and Ready replica through them,
 while a tenant of the namespace (the built-in `edit` role: pods, Deployments, ReplicaSets) cannot put a pod behind the
 server's Service by any route: a look-alike pod, one naming the server's own ReplicaSet as its owner, a label added
 later, a Deployment or a ReplicaSet of its own, or an edit of the server's Deployment. The Service's endpoints stay the
@@ -20,8 +21,9 @@ from mmrl_local.cluster import storage
 from mmrl_local.cluster.crd_install import install_policies, remove_policies
 from mmrl_operator.codegen.server_pod_policy import build_server_pod_policy
 from tests.cluster.test_model_server import CHILD, NAME, Servers, server_doc, wait_phase
+from tests.cluster.test_operator_rbac import ChartIdentity
 from tests.support.chart import client_for, token_kubeconfig
-from tests.support.operator import wait_until
+from tests.support.operator import OperatorProcess, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -84,8 +86,21 @@ def workload(name: str, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def chart_operator(api_client, cluster_helm, audited_namespace, namespace, tmp_path) -> Iterator[OperatorProcess]:
+    """The operator with the chart's RBAC only (namespaced: it watches the test's namespace)."""
+    identity = ChartIdentity(api_client, cluster_helm, audited_namespace, [namespace], tmp_path)
+    env = {"POD_NAMESPACE": identity.namespace, "MMRL_LEASE_NAME": identity.lease}
+    try:
+        log = tmp_path / "operator.log"
+        with OperatorProcess(identity.kubeconfig, log, standalone=False, namespaces=identity.watch, env=env) as op:
+            yield op
+    finally:
+        identity.delete()
+
+
 def test_only_the_servers_own_chain_puts_a_pod_behind_its_service(
-    servers: Servers, server_pod_policy, operator, hyperpod_nodes, core, api_client, tmp_path
+    servers: Servers, server_pod_policy, chart_operator, hyperpod_nodes, core, api_client, tmp_path
 ) -> None:
     hyperpod_nodes.cpu()
     storage.create_hostpath_claim(core, servers.ns, "fsx-claim", tmp_path / "fsx")

@@ -14,7 +14,7 @@ part of server S's own chain,
 - a pod: the same principals, or the ReplicaSet controller for a pod that a ReplicaSet `S-vllm-...` controls; and the
   label is never added to or changed on an existing pod by anyone else.
 
-"Allowed to write ModelServer S's status" is asked of the apiserver's authorizer (`update` on `modelservers/status`
+"Allowed to write ModelServer S's status" is asked of the apiserver's authorizer (`patch` on `modelservers/status`
 named S), so the policy needs no operator name, holds for a chart-installed operator and for one run by hand, and
 tenants with the aggregated `edit` role (which reads a server's status and writes its spec) are outside it. An owner
 reference alone proves nothing (anyone may write one), so the controllers are recognised by their user names, as the
@@ -56,7 +56,7 @@ def _controlled_by(kind: str, name_test: str) -> str:
 
 TRUSTED = (
     "authorizer.group('mmrl.dev').resource('modelservers').subresource('status')"
-    ".namespace(request.namespace).name(variables.server).check('update').allowed()"
+    ".namespace(request.namespace).name(variables.server).check('patch').allowed()"
 )
 
 
@@ -136,7 +136,7 @@ def build_server_pod_policy() -> list[dict[str, Any]]:
                     "messageExpression": _says(
                         f"spec.template.metadata.labels: {c.LABEL_SERVER}=",
                         " makes pods that get the ModelServer's clients through its Service: only the operator "
-                        "writes a workload that makes them (it may update the status of ModelServer ",
+                        "writes a workload that makes them (it may patch the status of ModelServer ",
                         ")",
                     ),
                     "reason": "Forbidden",
