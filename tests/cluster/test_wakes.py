@@ -7,12 +7,16 @@ below any resync and far above a pass on a loaded 2-core machine (tens of millis
 its statuses every 0.3 s).
 
 Events covered: the RayCluster becoming ready and the RayJob ending (children), a HyperPod health label on the node
-of a running Ray pod (node: the attempt is stopped on its verdict), the head pod deleted (pod), and the inference
-Deployment becoming available (child).
+of a running Ray pod (node: the attempt is stopped on its verdict), the head pod deleted (pod), the inference
+Deployment becoming available (child); and for a ModelServer, a job's report and its deletion (the jobs that name
+it) and an edit of its Deployment (child).
 """
 
 from __future__ import annotations
 
+import base64
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,8 +26,17 @@ import pytest
 from kubernetes import client
 
 from mmrl_api import constants as c
+from mmrl_api import parse_job
+from mmrl_api.constants import DEFAULT_VLLM_IMAGE
 from mmrl_local.addons.operator_process import OperatorProcess
 from mmrl_local.cluster import hyperpod as hp
+from mmrl_local.cluster import storage
+from mmrl_local.common import procs
+from mmrl_local.node import podrun
+from mmrl_local.node.kubelet import running_pod
+from mmrl_operator.core.names import job_dir
+from tests.cluster.test_model_server import ADMIN, CHILD, NAME, Servers, _or_none, server_doc, wait_phase
+from tests.support import fake_gateway
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, wait_until
 
@@ -135,3 +148,61 @@ def test_an_available_inference_deployment_wakes_the_job(jobs, operator, kuberay
         return cond.get("reason") not in (None, "Deploying")
 
     woke(available, past_deploying, "Deployment available -> InferenceReady past Deploying", event_timeout=150)
+
+
+def test_a_model_servers_children_and_its_jobs_wake_it(
+    jobs, operator, kuberay, hyperpod_nodes, core, api_client, pod_network, tmp_path
+) -> None:
+    """The server's replica runs on kwok with a gateway that answers the operator (tests/support/fake_gateway.py), so
+    the server settles with no pass due for two hours: then a job's report, the job's deletion and a hand edit of
+    the server's Deployment each need their watch."""
+    hyperpod_nodes.cpu()
+    hyperpod_nodes.gpu(1)
+    storage.create_hostpath_claim(core, jobs.ns, "fsx-claim", tmp_path / "fsx")
+    servers = Servers(api_client, jobs.ns)
+    servers.create(server_doc())
+    pod = wait_until(lambda: running_pod(core, jobs.ns, f"{c.LABEL_SERVER}={NAME}"), 90, what="the server's replica")
+    replica = pod["metadata"]["name"]
+    secret = wait_until(lambda: _or_none(core.read_namespaced_secret, ADMIN, jobs.ns), 30, what="the admin key")
+    (tmp_path / "key").write_text(base64.b64decode(secret.data["key"]).decode())
+    view = podrun.PodView(pod=replica, env=dict(os.environ), mounts=[], cwd="/", command=[])
+    argv = [sys.executable, fake_gateway.__file__, str(tmp_path / "key")]
+    gateway = podrun.spawn_in_pod(view, argv, tmp_path / "gateway.log", tmp_path / "root", pod_network.sandbox(pod))
+    try:
+        wait_phase(servers, "Ready", 90)
+
+        kuberay.script("geo-a1", "succeed-after=1")
+        inference = {"enabled": True, "server": NAME, "servedModelName": "geo-lora"}
+        pvc = {"claimName": "fsx-claim", "mountPath": "/fsx"}
+        created = jobs.create(
+            cluster_job("geo", {"spec": {"inference": inference, "checkpoint": {"pvc": pvc, "s3": None}}})
+        )
+        wait_until(lambda: jobs.status("geo").get("phase") in ("Succeeded", "Serving"), 120, what="geo trained")
+        loaded = lambda: [a.get("loadedOn") for a in servers.status().get("adapters") or []] == [[replica]]  # noqa: E731
+        jobs.patch_status("geo", {"adapter": adapter_report(created)})
+        reacts(loaded, "a job's report -> its adapter loaded into the server")
+
+        jobs.delete("geo")
+        reacts(lambda: not servers.status().get("adapters"), "the job deleted -> its adapter unloaded")
+
+        hand_edit = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "image": "elsewhere:1"}]}}}}
+        servers.apps.patch_namespaced_deployment(CHILD, jobs.ns, hand_edit)
+        image = lambda: servers.deployment().spec.template.spec.containers[0].image  # noqa: E731
+        reacts(lambda: image() == DEFAULT_VLLM_IMAGE, "the server's Deployment edited -> set back")
+    finally:
+        procs.stop(gateway)
+        pod_network.release(pod["metadata"]["uid"])
+
+
+def adapter_report(job: dict) -> dict:
+    """What the trainer reports at the end (status.adapter) for examples/job.yaml's rank-32 LoRA."""
+    return {
+        "path": f"{job_dir(parse_job(job))}/adapter",
+        "rank": 32,
+        "alpha": 32,
+        "targetModules": ["q_proj", "v_proj"],
+        "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
+        "sha256": "ab" * 32,
+        "digest": "d1" * 32,
+        "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
+    }
