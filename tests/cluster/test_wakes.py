@@ -37,6 +37,7 @@ from mmrl_local.node.kubelet import running_pod
 from mmrl_operator.core.names import job_dir
 from tests.cluster.test_model_server import ADMIN, CHILD, NAME, Servers, _or_none, server_doc, wait_phase
 from tests.support import fake_gateway
+from tests.support.factories import adapter_report
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import Jobs, wait_until
 
@@ -179,7 +180,7 @@ def test_a_model_servers_children_and_its_jobs_wake_it(
         )
         wait_until(lambda: jobs.status("geo").get("phase") in ("Succeeded", "Serving"), 120, what="geo trained")
         loaded = lambda: [a.get("loadedOn") for a in servers.status().get("adapters") or []] == [[replica]]  # noqa: E731
-        jobs.patch_status("geo", {"adapter": adapter_report(created)})
+        jobs.patch_status("geo", {"adapter": adapter_report(f"{job_dir(parse_job(created))}/adapter")})
         reacts(loaded, "a job's report -> its adapter loaded into the server")
 
         jobs.delete("geo")
@@ -192,17 +193,3 @@ def test_a_model_servers_children_and_its_jobs_wake_it(
     finally:
         procs.stop(gateway)
         pod_network.release(pod["metadata"]["uid"])
-
-
-def adapter_report(job: dict) -> dict:
-    """What the trainer reports at the end (status.adapter) for examples/job.yaml's rank-32 LoRA."""
-    return {
-        "path": f"{job_dir(parse_job(job))}/adapter",
-        "rank": 32,
-        "alpha": 32,
-        "targetModules": ["q_proj", "v_proj"],
-        "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
-        "sha256": "ab" * 32,
-        "digest": "d1" * 32,
-        "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
-    }

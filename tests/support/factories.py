@@ -64,3 +64,19 @@ def verdicts(*nodes: dict[str, Any] | tuple[str, None]) -> dict:
         else:
             out[n["metadata"]["name"]] = node_verdict(n["metadata"]["name"], n)
     return out
+
+
+def adapter_report(where: str, **more: Any) -> dict[str, Any]:
+    """What the trainer reports at the end (status.adapter) for examples/job.yaml's rank-32 LoRA, exported to `where`,
+    with the digest of its files; `more` replaces or adds fields (`path` too)."""
+    return {
+        "path": where,
+        "rank": 32,
+        "alpha": 32,
+        "targetModules": ["q_proj", "v_proj"],
+        "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
+        "sha256": "ab" * 32,
+        "digest": "d1" * 32,
+        "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
+        **more,
+    }

@@ -29,6 +29,7 @@ from mmrl_operator.core.shared_serving import (
     server_refusal,
     settle_aliases,
 )
+from tests.support.factories import adapter_report
 
 ROOT = Path(__file__).resolve().parents[3]
 NS = "hyperpod-ns-research"
@@ -55,18 +56,7 @@ def job(
 
 def trained(j: MultimodalRLJob, **adapter: Any) -> JobStatus:
     """Trained and reported (with the digest of the adapter's files)."""
-    report = {
-        "path": f"{job_dir(j)}/adapter",
-        "rank": 32,
-        "alpha": 32,
-        "targetModules": ["q_proj", "v_proj"],
-        "baseModel": "Qwen/Qwen3-VL-8B-Instruct",
-        "sha256": "ab" * 32,
-        "digest": "d1" * 32,
-        "config": {"peft_type": "LORA", "r": 32, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]},
-        **adapter,
-    }
-    return JobStatus.model_validate({"phase": "Serving", "adapter": report})
+    return JobStatus.model_validate({"phase": "Serving", "adapter": adapter_report(f"{job_dir(j)}/adapter", **adapter)})
 
 
 def test_a_trained_job_that_fits_becomes_a_candidate_under_its_served_name() -> None:
