@@ -6,17 +6,14 @@ log shows no request refused; and the apiserver's own authorizer, asked as that 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from mmrl_operator.runtime.permissions import ALL_VERBS, CORE, PERMISSIONS, RBAC, Rule
 from tests.support.audit import requests_by
-from tests.support.chart import RBAC_KINDS, Helm, apply_objects, client_for, delete_objects, of_kind, token_kubeconfig
+from tests.support.chart import ChartIdentity
 from tests.support.jobspecs import cluster_job
 from tests.support.operator import OperatorProcess, phases_until_done
 
@@ -42,34 +39,6 @@ EXTRA_VERBS = {
     "clusterroles": ("bind", "escalate"),
     "serviceaccounts": ("impersonate",),
 }
-
-
-class ChartIdentity:
-    """The chart's RBAC objects applied to the cluster, and a client authenticated as its ServiceAccount."""
-
-    def __init__(self, api: client.ApiClient, helm: Helm, release_ns: str, watch: list[str], tmp: Path) -> None:
-        self.release = f"rbac-{secrets.token_hex(3)}"
-        self.objects = of_kind(helm.template(self.release, release_ns, {"watchNamespaces": watch}), *RBAC_KINDS)
-        self.api, self.namespace, self.watch = api, release_ns, watch
-        (sa,) = of_kind(self.objects, "ServiceAccount")
-        self.service_account = sa["metadata"]["name"]
-        self.username = f"system:serviceaccount:{release_ns}:{self.service_account}"
-        (leader,) = [o for o in of_kind(self.objects, "Role") if o["metadata"]["namespace"] == release_ns]
-        self.lease = next(r["resourceNames"][0] for r in leader["rules"] if r.get("resourceNames"))
-        apply_objects(api, self.objects)
-        self.kubeconfig = token_kubeconfig(api, release_ns, self.service_account, tmp / "operator.kubeconfig")
-        self.authz = client.AuthorizationV1Api(client_for(self.kubeconfig))
-
-    def can(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None = None) -> bool:
-        plural, _, sub = resource.partition("/")
-        attrs = {"verb": verb, "group": group, "resource": plural, "subresource": sub, "namespace": namespace or ""}
-        if name:
-            attrs["name"] = name
-        review = self.authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
-        return bool(review.status.allowed)
-
-    def delete(self) -> None:
-        delete_objects(self.api, self.objects)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ server's replica."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,9 @@ from kubernetes import client
 
 from mmrl_api import constants as c
 from mmrl_local.cluster import storage
-from mmrl_local.cluster.crd_install import install_policies, remove_policies
-from mmrl_operator.codegen.server_pod_policy import build_server_pod_policy
 from tests.cluster.test_model_server import CHILD, NAME, Servers, server_doc, wait_phase
-from tests.cluster.test_operator_rbac import ChartIdentity
 from tests.support.chart import client_for, token_kubeconfig
-from tests.support.operator import OperatorProcess, wait_until
+from tests.support.operator import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -33,21 +29,6 @@ TENANT = "tenant"
 @pytest.fixture
 def servers(api_client, namespace, mmrl_crd) -> Servers:
     return Servers(api_client, namespace)
-
-
-@pytest.fixture
-def server_pod_policy(api_client: client.ApiClient) -> Iterator[None]:
-    objects = build_server_pod_policy()
-    install_policies(api_client, objects)
-    admission = client.AdmissionregistrationV1Api(api_client)
-    for obj in objects:
-        if obj["kind"] == "ValidatingAdmissionPolicy":
-            checked = admission.read_validating_admission_policy(obj["metadata"]["name"]).status.type_checking
-            assert not (checked and checked.expression_warnings), checked.expression_warnings
-    try:
-        yield
-    finally:
-        remove_policies(api_client, objects)
 
 
 def tenant_client(api_client: client.ApiClient, ns: str, tmp_path: Path) -> client.ApiClient:
@@ -84,19 +65,6 @@ def workload(name: str, labels: dict[str, str]) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
     }
-
-
-@pytest.fixture
-def chart_operator(api_client, cluster_helm, audited_namespace, namespace, tmp_path) -> Iterator[OperatorProcess]:
-    """The operator with the chart's RBAC only (namespaced: it watches the test's namespace)."""
-    identity = ChartIdentity(api_client, cluster_helm, audited_namespace, [namespace], tmp_path)
-    env = {"POD_NAMESPACE": identity.namespace, "MMRL_LEASE_NAME": identity.lease}
-    try:
-        log = tmp_path / "operator.log"
-        with OperatorProcess(identity.kubeconfig, log, standalone=False, namespaces=identity.watch, env=env) as op:
-            yield op
-    finally:
-        identity.delete()
 
 
 def test_only_the_servers_own_chain_puts_a_pod_behind_its_service(

@@ -1,14 +1,15 @@
-"""Shared serving end to end: one ModelServer, real vLLM (the CPU build, run by the local kubelet from the server's
-own Deployment) behind the gateway (this checkout's, as the operator's image), and jobs whose adapters the operator
-loads into it at run time, with an alias that moves on a promotion and is rolled back while a client keeps asking
-it. Every part of the path is real: the operator lists, loads and unloads through each replica's gateway (the
-apiserver's pod proxy, the server's admin key), the gateway stages checked copies and has vLLM load them, and each
-adapter answers, as itself, through the server's Service (`mmrl chat`'s path). Strangers' pods, in the namespace and
-outside it, try vLLM's runtime LoRA API and the gateway's admin API from the pod network, and change nothing.
+"""Shared serving end to end: one ModelServer, real vLLM (the CPU build, run by the local kubelet from the server's own
+Deployment) behind the gateway (this checkout's, as the operator's image), and jobs whose adapters the operator (as
+the chart installs it: its ServiceAccount and RBAC, with the chart's server-pod policy) loads into it at run time,
+with an alias that moves on a promotion and is rolled back while a client keeps asking it. Every part of the path is
+real: the operator lists, loads and unloads through each replica's gateway (the apiserver's pod proxy, the server's
+admin key), the gateway stages checked copies and has vLLM load them, and each adapter answers, as itself, through
+the server's Service (`mmrl chat`'s path). Strangers' pods, in the namespace and outside it, try vLLM's runtime LoRA
+API and the gateway's admin API from the pod network, and change nothing.
 
 The jobs train on the KubeRay stand-in (their training is not what is tested here); their adapters are real PEFT
-exports of the tiny model, made and reported with the trainer's own export and report code, with weights that
-change the model's answers, on the claim the server mounts."""
+exports of the tiny model, made and reported with the trainer's own export and report code, with weights that change
+the model's answers, on the claim the server mounts."""
 
 from __future__ import annotations
 
@@ -224,7 +225,16 @@ class GateWatch:
 
 
 def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_without_errors_and_a_restart_reloads(
-    api_client, control_plane, namespace, other_namespace, operator, kuberay, nodes_ready, serving_node, tmp_path
+    api_client,
+    control_plane,
+    namespace,
+    other_namespace,
+    server_pod_policy,
+    chart_operator,
+    kuberay,
+    nodes_ready,
+    serving_node,
+    tmp_path,
 ) -> None:
     cluster = Cluster(api_client, namespace)
     host = storage.create_hostpath_claim(cluster.core, namespace, CLAIM, tmp_path / "claim")

@@ -5,6 +5,7 @@ TokenRequest token), and take the cluster-wide objects a release owns away befor
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tests.support.polling import wait_until
 __all__ = [
     "CHART",
     "RBAC_KINDS",
+    "ChartIdentity",
     "Helm",
     "apply_objects",
     "client_for",
@@ -118,3 +120,31 @@ def restore_cluster_objects(api: client.ApiClient) -> None:
     """The CRDs and the policy as the session's other tests expect them, after a release was uninstalled."""
     install_mmrl_crd(api)
     install_trainer_status_policy(api)
+
+
+class ChartIdentity:
+    """The chart's RBAC objects applied to the cluster, and a client authenticated as its ServiceAccount."""
+
+    def __init__(self, api: client.ApiClient, helm: Helm, release_ns: str, watch: list[str], tmp: Path) -> None:
+        self.release = f"rbac-{secrets.token_hex(3)}"
+        self.objects = of_kind(helm.template(self.release, release_ns, {"watchNamespaces": watch}), *RBAC_KINDS)
+        self.api, self.namespace, self.watch = api, release_ns, watch
+        (sa,) = of_kind(self.objects, "ServiceAccount")
+        self.service_account = sa["metadata"]["name"]
+        self.username = f"system:serviceaccount:{release_ns}:{self.service_account}"
+        (leader,) = [o for o in of_kind(self.objects, "Role") if o["metadata"]["namespace"] == release_ns]
+        self.lease = next(r["resourceNames"][0] for r in leader["rules"] if r.get("resourceNames"))
+        apply_objects(api, self.objects)
+        self.kubeconfig = token_kubeconfig(api, release_ns, self.service_account, tmp / "operator.kubeconfig")
+        self.authz = client.AuthorizationV1Api(client_for(self.kubeconfig))
+
+    def can(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None = None) -> bool:
+        plural, _, sub = resource.partition("/")
+        attrs = {"verb": verb, "group": group, "resource": plural, "subresource": sub, "namespace": namespace or ""}
+        if name:
+            attrs["name"] = name
+        review = self.authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
+        return bool(review.status.allowed)
+
+    def delete(self) -> None:
+        delete_objects(self.api, self.objects)

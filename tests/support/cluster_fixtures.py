@@ -30,13 +30,19 @@ from mmrl_local.addons.operator_process import FORKSERVER_ENV, PREIMPORT
 from mmrl_local.cluster import hyperpod as hp
 from mmrl_local.cluster import nodes
 from mmrl_local.cluster.controlplane import AUDITED_NAMESPACE, ControlPlane
-from mmrl_local.cluster.crd_install import install_mmrl_crd, install_trainer_status_policy
+from mmrl_local.cluster.crd_install import (
+    install_mmrl_crd,
+    install_policies,
+    install_trainer_status_policy,
+    remove_policies,
+)
 from mmrl_local.common.forkserver import ForkServer
 from mmrl_local.network.podnet import PodNetwork
 from mmrl_local.node.kubelet import Kubelet
 from mmrl_local.standin.kuberay_standin import KubeRayStandIn
 from mmrl_local.toolchain import build, images_build
-from tests.support.chart import Helm
+from mmrl_operator.codegen.server_pod_policy import build_server_pod_policy
+from tests.support.chart import ChartIdentity, Helm
 from tests.support.operator import Jobs, OperatorProcess
 from tests.support.polling import wait_until
 
@@ -323,6 +329,38 @@ def jobs(api_client: client.ApiClient, namespace: str, mmrl_crd: None) -> Jobs:
 def operator(control_plane, namespace: str, tmp_path: Path, mmrl_crd: None) -> Iterator[OperatorProcess]:
     with OperatorProcess(control_plane.kubeconfig, tmp_path / "operator.log", namespaces=[namespace]) as op:
         yield op
+
+
+@pytest.fixture
+def chart_operator(
+    api_client, cluster_helm, audited_namespace, namespace, tmp_path, mmrl_crd: None
+) -> Iterator[OperatorProcess]:
+    """The operator as a process authenticated as the chart's ServiceAccount, with only the chart's RBAC
+    (namespaced: it watches the test's namespace)."""
+    identity = ChartIdentity(api_client, cluster_helm, audited_namespace, [namespace], tmp_path)
+    env = {"POD_NAMESPACE": identity.namespace, "MMRL_LEASE_NAME": identity.lease}
+    try:
+        log = tmp_path / "operator.log"
+        with OperatorProcess(identity.kubeconfig, log, standalone=False, namespaces=identity.watch, env=env) as op:
+            yield op
+    finally:
+        identity.delete()
+
+
+@pytest.fixture
+def server_pod_policy(api_client: client.ApiClient) -> Iterator[None]:
+    """The chart's server-pod admission policies (serverPodPolicy.enabled), removed after the test."""
+    objects = build_server_pod_policy()
+    install_policies(api_client, objects)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    for obj in objects:
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            checked = admission.read_validating_admission_policy(obj["metadata"]["name"]).status.type_checking
+            assert not (checked and checked.expression_warnings), checked.expression_warnings
+    try:
+        yield
+    finally:
+        remove_policies(api_client, objects)
 
 
 @pytest.fixture
