@@ -241,7 +241,7 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     tiny = build_tiny_vlm()
     shutil.copytree(tiny, host / MODEL_DIR)
     cluster.create(c.SERVER_PLURAL, server_doc())
-    for name in ("alpha", "beta", "gamma", "delta"):
+    for name in ("alpha", "beta", "gamma", "delta", "omega"):
         kuberay.script(f"{name}-a*", "succeed-after=1")
         cluster.create(c.PLURAL, job_doc(name))
 
@@ -349,9 +349,12 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     assert ask_server(api_client, namespace, SERVER, ALIAS, QUESTION)[0] == alpha
     assert ask(api_client, namespace, "beta", QUESTION)[0] == beta
 
-    # Deleting a job unloads its adapter while a client keeps asking the alias: the pinned alias and the other
-    # adapter stay, and no replica leaves the Service for the unload (its gate wanted every name the last pass
-    # served, the deleted one included, so the only replica went out until the next pass: #44).
+    # Raising a job's gate above its score, then deleting another job, unloads their adapters while a client keeps
+    # asking the alias: the pinned alias and the other adapter stay, and no replica leaves the Service for either
+    # unload (its gate wanted every name the last pass served, the unloaded one included, so the only replica went
+    # out until the next pass: #44).
+    report(cluster, host, tiny, "omega", seed=5, reward=0.6)
+    wait_until(lambda: "omega-lora" in cluster.models(), 120, what="omega loaded")
     replica = cluster.replica()
     assert replica is not None
     with (
@@ -359,6 +362,9 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
         GateWatch(cluster.core, namespace, replica) as gate,
     ):
         wait_until(lambda: asker.answers, 60, what="the client's first answer")
+        raised = {"spec": {"inference": {"promoteWhen": {"heldOutRewardAtLeast": 0.99}}}}
+        cluster.custom.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "omega", raised)
+        wait_until(lambda: "omega-lora" not in cluster.models(), 60, what="omega unloaded: its gate raised")
         cluster.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "beta")
         wait_until(lambda: "beta-lora" not in cluster.models(), 60, what="beta unloaded")
         # The server's status follows its replicas: the pass that unloaded writes it once the unload is done.
@@ -369,6 +375,8 @@ def test_two_adapters_share_one_vllm_server_an_alias_moves_and_rolls_back_withou
     assert not asker.errors, asker.errors[:3]
     assert set(asker.answers) == {alpha}, sorted(set(asker.answers))
     assert "False" not in gate.values, gate.values  # the replica never left the Service, not even for a pass
+    promoted = next(x for x in cluster.job("omega")["conditions"] if x["type"] == "Promoted")
+    assert promoted["status"] == "False" and "heldOutRewardAtLeast 0.99" in promoted["message"], promoted
     print(
         f"shared server: first adapter answering {first_ready:.0f}s after its report (vLLM start included); "
         f"alias on the next promotion {promotion_seconds:.1f}s after its report"
