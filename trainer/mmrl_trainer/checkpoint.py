@@ -4,7 +4,9 @@ Layout (SkyRL's): `<dir>/global_step_N/` holds one step's state, and `<dir>/late
 The marker is written LAST and atomically (temp file, fsync, os.replace, fsync of the directory), so a crash at any
 instant leaves either the old or the new marker. Completeness is judged as follows: a step is complete when
 (1) N <= the sealed step, (2) its directory exists, and (3) when it carries a `MANIFEST.json` (the local backend
-always writes one, just before the marker) every file it lists exists with the recorded size. The sealed step is the
+always writes one, just before the marker, and requires it) every file it lists exists with the recorded size and
+sha256. Every file is fsync'd before the manifest names it, and the manifest before the marker, so a node lost at any
+instant leaves no step that passes these checks with a torn file. The sealed step is the
 marker's; when the marker is missing or unreadable it is the step below the newest step directory, because saves run
 one at a time and write the marker last, so only the newest directory can be a save that was cut short. SkyRL's
 steps carry no manifest; for them rule (1) is the guarantee, because SkyRL only advances the marker after a step is
@@ -20,6 +22,7 @@ fails every later resume. `repair_marker` makes the marker name the newest compl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -97,24 +100,60 @@ def step_dirs(root: str | Path) -> dict[int, Path]:
     return found
 
 
+CHUNK = 1 << 20
+
+
+def _sha256(path: Path, sync: bool = False) -> str:
+    """The file's sha256; with `sync`, fsync'd first (a step's bytes reach the disk before the manifest names them)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        if sync:
+            os.fsync(fh.fileno())
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_manifest(path: Path, step: int) -> None:
-    """Record every file of a step (relative path → size); written after the files, before the marker."""
-    files = {str(p.relative_to(path)): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file()}
-    files.pop(MANIFEST, None)
+    """Record every file of a step (relative path -> size and sha256), each fsync'd first, with the directories that
+    hold them; written after the files, before the marker. A crash before the manifest leaves a step without one,
+    which a resume that requires manifests never takes."""
+    files = {}
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[str(p.relative_to(path))] = {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
+    for d in sorted({path, *(p.parent for p in path.rglob("*") if p.is_file())}, reverse=True):
+        _fsync_dir(d)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write_text(path / MANIFEST, json.dumps({"step": step, "time": now, "files": files}, indent=1))
 
 
-def manifest_ok(path: Path) -> bool:
-    """True when the step has no manifest (SkyRL) or every file in it is present with its recorded size."""
+def manifest_problem(path: Path, required: bool = False) -> str | None:
+    """Why the step's files are not the ones its manifest records (None: they are). A step without a manifest is
+    sound unless `required` (the local backend always writes one; SkyRL's steps carry none). Manifests of earlier
+    trainers record sizes only, and are checked for those."""
     manifest = path / MANIFEST
     if not manifest.exists():
-        return True
+        return f"{path.name} has no {MANIFEST}: its save was cut short" if required else None
     try:
         files = json.loads(manifest.read_text())["files"]
-        return all((path / rel).is_file() and (path / rel).stat().st_size == size for rel, size in files.items())
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        for rel, entry in files.items():
+            size, sha = (entry, None) if isinstance(entry, int) else (entry["size"], entry["sha256"])
+            found = path / rel
+            if not found.is_file():
+                return f"{path.name}/{rel} is missing"
+            if found.stat().st_size != size:
+                return f"{path.name}/{rel} has {found.stat().st_size} bytes, its manifest {size}"
+            if sha is not None and _sha256(found) != sha:
+                return f"{path.name}/{rel} does not have the sha256 its manifest records"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{path.name}/{MANIFEST} is unreadable: {err}"
+    return None
+
+
+def manifest_ok(path: Path, required: bool = False) -> bool:
+    """True when the step's files are those its manifest records (see manifest_problem)."""
+    return manifest_problem(path, required) is None
 
 
 def _time_of(path: Path) -> str | None:
@@ -133,21 +172,32 @@ def sealed_step(root: str | Path) -> int | None:
     return steps[-2] if len(steps) > 1 else None
 
 
-def complete_checkpoints(root: str | Path) -> list[Checkpoint]:
-    """All complete steps, oldest first (see the module docstring for the rules)."""
+def complete_checkpoints(root: str | Path, required: bool = False) -> list[Checkpoint]:
+    """All complete steps, oldest first (see the module docstring for the rules); `required`: a step without a
+    manifest is not complete (the local backend's)."""
     sealed = sealed_step(root)
     if sealed is None:
         return []
     return [
         Checkpoint(step, path, _time_of(path))
         for step, path in sorted(step_dirs(root).items())
-        if step <= sealed and manifest_ok(path)
+        if step <= sealed and manifest_ok(path, required)
     ]
 
 
-def latest_complete(root: str | Path) -> Checkpoint | None:
-    complete = complete_checkpoints(root)
+def latest_complete(root: str | Path, required: bool = False) -> Checkpoint | None:
+    complete = complete_checkpoints(root, required)
     return complete[-1] if complete else None
+
+
+def passed_over(root: str | Path, resume: Checkpoint | None, required: bool = False) -> list[str]:
+    """Why each sealed step newer than `resume` is not resumed (its damage), newest first: what a resume that took
+    an older step than the marker names says."""
+    sealed = sealed_step(root)
+    if sealed is None:
+        return []
+    newer = [(s, p) for s, p in step_dirs(root).items() if s <= sealed and (resume is None or s > resume.step)]
+    return [why for _, p in sorted(newer, reverse=True) if (why := manifest_problem(p, required)) is not None]
 
 
 def begin_step(root: str | Path, step: int) -> Path:
@@ -172,8 +222,9 @@ def commit_step(root: str | Path, step: int, keep: int | None = None) -> Checkpo
 
 
 def rotate(root: str | Path, keep: int) -> list[int]:
-    """Delete complete steps older than the newest `keep`; half-written and newer dirs are never touched."""
-    complete = complete_checkpoints(root)
+    """Delete complete steps older than the newest `keep`; half-written, damaged and newer dirs are never touched.
+    Only the local backend rotates here, and its steps always carry a manifest."""
+    complete = complete_checkpoints(root, required=True)
     doomed = complete[: max(0, len(complete) - max(1, keep))]
     for ckpt in doomed:
         shutil.rmtree(ckpt.path, ignore_errors=True)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +29,8 @@ def test_marker_is_written_last_and_names_the_newest_step(tmp_path: Path) -> Non
     assert (tmp_path / ckpt.MARKER).read_text().strip() == "10"
     latest = ckpt.latest_complete(tmp_path)
     assert latest is not None and latest.step == 10 and latest.path == tmp_path / "global_step_10"
-    assert json.loads((latest.path / ckpt.MANIFEST).read_text())["files"] == {"policy/adapter_model.safetensors": 64}
+    files = json.loads((latest.path / ckpt.MANIFEST).read_text())["files"]
+    assert files == {"policy/adapter_model.safetensors": {"size": 64, "sha256": hashlib.sha256(b"w" * 64).hexdigest()}}
 
 
 def test_step_newer_than_marker_is_half_written_and_ignored(tmp_path: Path) -> None:
@@ -114,3 +120,85 @@ def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
 def test_s3_roots_are_refused_by_the_local_contract_with_a_clear_message() -> None:
     with pytest.raises(ValueError, match=r"s3://.*backend=skyrl"):
         ckpt.latest_complete("s3://bucket/ckpt")
+
+
+# Tears a crash can leave under a valid marker (issue #45 item 2): each resumes from the previous complete step, and
+# says why the newer one was passed over.
+
+
+def two_steps(root: Path) -> Path:
+    save(root, 5, payload=b"a" * 64)
+    newest = save(root, 10, payload=b"b" * 64)
+    (newest / "policy" / "optimizer.pt").write_bytes(b"o" * 32)  # a second file, recorded by a re-seal
+    ckpt.write_manifest(newest, 10)
+    return newest
+
+
+def test_a_truncated_file_under_a_valid_marker_is_passed_over(tmp_path: Path) -> None:
+    newest = two_steps(tmp_path)
+    (newest / "policy" / "optimizer.pt").write_bytes(b"o" * 7)
+    latest = ckpt.latest_complete(tmp_path, required=True)
+    assert latest is not None and latest.step == 5
+    assert ckpt.passed_over(tmp_path, latest, required=True) == [
+        "global_step_10/policy/optimizer.pt has 7 bytes, its manifest 32"
+    ]
+
+
+def test_one_corrupt_byte_of_the_same_size_is_passed_over(tmp_path: Path) -> None:
+    newest = two_steps(tmp_path)
+    weights = newest / "policy" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[17] ^= 0x01
+    weights.write_bytes(bytes(data))
+    latest = ckpt.latest_complete(tmp_path, required=True)
+    assert latest is not None and latest.step == 5
+    assert "does not have the sha256 its manifest records" in ckpt.passed_over(tmp_path, latest, required=True)[0]
+
+
+def test_a_deleted_manifest_is_passed_over_where_manifests_are_required(tmp_path: Path) -> None:
+    newest = two_steps(tmp_path)
+    (newest / ckpt.MANIFEST).unlink()
+    assert ckpt.latest_complete(tmp_path, required=True).step == 5
+    assert ckpt.passed_over(tmp_path, ckpt.latest_complete(tmp_path, required=True), required=True) == [
+        f"global_step_10 has no {ckpt.MANIFEST}: its save was cut short"
+    ]
+    assert ckpt.latest_complete(tmp_path).step == 10  # SkyRL's steps carry none: the marker is their guarantee
+
+
+def test_a_manifest_of_an_earlier_trainer_is_checked_for_sizes(tmp_path: Path) -> None:
+    newest = two_steps(tmp_path)
+    sizes = {"policy/adapter_model.safetensors": 64, "policy/optimizer.pt": 32}
+    (newest / ckpt.MANIFEST).write_text(json.dumps({"step": 10, "files": sizes}))
+    assert ckpt.latest_complete(tmp_path, required=True).step == 10
+    (newest / "policy" / "optimizer.pt").write_bytes(b"o")
+    assert ckpt.latest_complete(tmp_path, required=True).step == 5
+
+
+WRITER = """
+import os, sys, time
+from pathlib import Path
+from mmrl_trainer import checkpoint as ckpt
+root = Path(sys.argv[1])
+path = ckpt.begin_step(root, 10)
+(path / "adapter_model.safetensors").write_bytes(b"b" * 4096)
+print("between files", flush=True)
+time.sleep(60)
+(path / "optimizer.pt").write_bytes(b"o" * 4096)
+ckpt.commit_step(root, 10)
+"""
+
+
+def test_a_writer_killed_between_files_leaves_the_previous_step(tmp_path: Path) -> None:
+    save(tmp_path, 5)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "between files"
+        os.kill(writer.pid, signal.SIGKILL)
+    finally:
+        writer.wait(timeout=30)
+    assert writer.returncode == -signal.SIGKILL
+    assert sorted(ckpt.step_dirs(tmp_path)) == [5, 10]  # the half-written step is there, and never taken
+    latest = ckpt.latest_complete(tmp_path, required=True)
+    assert latest is not None and latest.step == 5 and ckpt.passed_over(tmp_path, latest, required=True) == []

@@ -201,7 +201,9 @@ def start_attempt(cfg: TrainerConfig, attempt: int | None) -> tuple[Path, ckpt.C
     configure_threads()
     root = ckpt.local_dir(cfg.checkpoint.dir)
     root.mkdir(parents=True, exist_ok=True)
-    resume = ckpt.latest_complete(root) if cfg.resume == "latest" else None
+    resume = ckpt.latest_complete(root, required=True) if cfg.resume == "latest" else None
+    for why in ckpt.passed_over(root, resume, required=True) if cfg.resume == "latest" else []:
+        log.warning("checkpoint passed over, resuming from an older step: %s", why)
     reporter = ProgressReporter.from_config(cfg, attempt=attempt)
     # Before the slow part (model load, data): tell the operator which checkpoint this attempt really resumes from.
     # No heartbeat yet: the startup timeout covers loading, the hang timeout starts with the first training step.
