@@ -74,6 +74,10 @@ class EpisodeProgress(StatusModel):
     """Response tokens per episode, every turn's together."""
 
 
+PassedOver = Annotated[str, Field(max_length=512)]
+"""Why one checkpoint newer than the one resumed was not taken (the trainer cuts it to 500 characters)."""
+
+
 class Progress(StatusModel):
     """Written by the trainer (rate-limited) as the namespace's mmrl-trainer, from one of the job's Ray pods."""
 
@@ -82,6 +86,9 @@ class Progress(StatusModel):
     resumed_from_step: int | None = None
     """The checkpoint step this attempt's trainer actually resumed from (read from the checkpoint directory);
     absent when it started from the base model."""
+    passed_over: list[PassedOver] = Field(default_factory=list, max_length=8)
+    """Why the trainer did not resume from checkpoints newer than resumedFromStep (a file whose size or sha256 is not
+    its manifest's, a missing manifest), newest first."""
     step: int = 0
     total_steps: int | None = None
     reward_mean: float | None = None
@@ -102,6 +109,8 @@ class Attempt(StatusModel):
     ray_job: str = Field(max_length=NAME_MAX)
     cause: AttemptCause
     resumed_from_step: int | None = None
+    passed_over: list[PassedOver] = Field(default_factory=list, max_length=8)
+    """Checkpoints newer than resumedFromStep the trainer found damaged, and why (event CheckpointPassedOver)."""
     start_time: str | None = TIME
     end_time: str | None = TIME
     result: Literal["Running", "Succeeded", "Failed", "Stopped"] = "Running"

@@ -121,6 +121,20 @@ def test_half_written_checkpoint_is_skipped_on_resume(tiny_model: Path, tmp_path
     assert len(lora_weights(done.path)) > 0  # the junk file was replaced by a real adapter
 
 
+def test_a_sealed_checkpoint_with_a_changed_byte_is_passed_over_and_said(tiny_model: Path, tmp_path: Path) -> None:
+    assert local.run(make_config(tmp_path, tiny_model, maxSteps=4, interval=2), evaluate=False).final_step == 4
+    moments = ckpt.step_dir(tmp_path, 4) / "policy" / "optimizer.pt"
+    data = bytearray(moments.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a bit flip of the same size: only the sha256 tells
+    moments.write_bytes(bytes(data))
+
+    result = local.run(make_config(tmp_path, tiny_model, maxSteps=6, interval=2), evaluate=False)
+    assert (result.resumed_from, result.final_step) == (2, 6)
+    started = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    (said,) = [r["passed_over"] for r in started if r.get("event") == "started" and r.get("passed_over")]
+    assert said == ["global_step_4/policy/optimizer.pt does not have the sha256 its manifest records"]
+
+
 def test_the_base_model_is_evaluated_by_the_fresh_attempt_only(tiny_model: Path, tmp_path: Path) -> None:
     def config(steps: int):
         cfg = make_config(tmp_path, tiny_model, maxSteps=steps, interval=2)

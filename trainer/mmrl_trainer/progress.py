@@ -71,11 +71,13 @@ def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:
     return {"step": checkpoint.step, "path": str(checkpoint.path), "time": checkpoint.time}
 
 
-def started_body(attempt: int, resumed: Checkpoint | None) -> dict[str, Any]:
-    """The first report of an attempt. Explicit nulls remove the previous attempt's heartbeat and numbers."""
+def started_body(attempt: int, resumed: Checkpoint | None, passed_over: list[str] | None = None) -> dict[str, Any]:
+    """The first report of an attempt. Explicit nulls remove the previous attempt's heartbeat and numbers.
+    `passed_over`: why newer checkpoints were not resumed (a merge patch replaces the list whole)."""
     progress: dict[str, Any] = {
         "attempt": attempt,
         "resumedFromStep": resumed.step if resumed else None,
+        "passedOver": [why[:500] for why in (passed_over or [])[:8]] or None,
         "step": resumed.step if resumed else 0,
         "heartbeat": None,
         "rewardMean": None,
@@ -166,12 +168,15 @@ class ProgressReporter:
         reporter.config = cfg
         return reporter
 
-    def started(self, resumed: Checkpoint | None) -> bool:
-        """Announce the attempt and the checkpoint it resumes from (None: a fresh start). No heartbeat."""
+    def started(self, resumed: Checkpoint | None, passed_over: list[str] | None = None) -> bool:
+        """Announce the attempt and the checkpoint it resumes from (None: a fresh start), and why newer ones were
+        passed over. No heartbeat."""
         self.checkpoint = resumed
-        record = {"event": "started", "resumed_from_step": resumed.step if resumed else None}
+        record: dict[str, Any] = {"event": "started", "resumed_from_step": resumed.step if resumed else None}
+        if passed_over:
+            record["passed_over"] = list(passed_over)
         self._append({"step": resumed.step if resumed else 0, "time": now_rfc3339(), "attempt": self.attempt, **record})
-        sent = self._send(started_body(self.attempt or 1, resumed))
+        sent = self._send(started_body(self.attempt or 1, resumed, passed_over))
         if self.config is not None and self.tracker is None:
             from mmrl_trainer.tracking import Tracker
 

@@ -80,8 +80,15 @@ def record_trainer_report(d: Decision, cur: Attempt) -> None:
     """The step this attempt's trainer says it resumed from: read by the trainer from the checkpoint directory
     when it started, so it is what really happened, not what the operator expected."""
     prog = d.status.progress
-    if prog.attempt == cur.index and prog.resumed_from_step is not None:
+    if prog.attempt != cur.index:
+        return
+    if prog.resumed_from_step is not None:
         cur.resumed_from_step = prog.resumed_from_step
+    if prog.passed_over and not cur.passed_over:
+        cur.passed_over = list(prog.passed_over)
+        start = f"step {prog.resumed_from_step}" if prog.resumed_from_step is not None else "the base model"
+        damaged = "; ".join(prog.passed_over)
+        d.event("Warning", "CheckpointPassedOver", f"attempt {cur.index} resumed from {start}, not newer: {damaged}")
 
 
 def track_running(d: Decision, cur: Attempt) -> None:

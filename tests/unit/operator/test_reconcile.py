@@ -220,6 +220,20 @@ def test_resumed_step_is_what_the_attempts_trainer_reported() -> None:
     assert "resumedFromStep" not in plan.status["attempts"][0]
 
 
+def test_checkpoints_the_trainer_passed_over_are_recorded_and_said_once() -> None:
+    """The trainer found the newest sealed step damaged and resumed from an older one: the attempt keeps why, and one
+    Warning event says it (the next pass, with the same report, says nothing more)."""
+    why = "global_step_30/policy/optimizer.pt has 7 bytes, its manifest 32"
+    j = with_progress(running_attempt(), attempt=1, resumedFromStep=20, step=20, passedOver=[why])
+    world = Observed(raycluster=ready_cluster(j), rayjobs={1: rayjob()})
+    plan = decide(j, 1, world, T0)
+    assert plan.status["attempts"][0]["passedOver"] == [why]
+    (event,) = [e for e in plan.events if e.reason == "CheckpointPassedOver"]
+    assert event.type == "Warning" and event.message == f"attempt 1 resumed from step 20, not newer: {why}"
+    again = decide(advance(j, plan), 1, world, T0 + timedelta(seconds=5))
+    assert not [e for e in again.events if e.reason == "CheckpointPassedOver"]
+
+
 def ray_failure(code: int, last_line: str) -> dict:
     tail = f"INFO loading\nmmrl-trainer error: {last_line}"
     message = f"Job entrypoint command failed with exit code {code}, last available logs (truncated):\n{tail}"

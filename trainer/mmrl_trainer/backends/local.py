@@ -202,12 +202,14 @@ def start_attempt(cfg: TrainerConfig, attempt: int | None) -> tuple[Path, ckpt.C
     root = ckpt.local_dir(cfg.checkpoint.dir)
     root.mkdir(parents=True, exist_ok=True)
     resume = ckpt.latest_complete(root, required=True) if cfg.resume == "latest" else None
-    for why in ckpt.passed_over(root, resume, required=True) if cfg.resume == "latest" else []:
+    passed_over = ckpt.passed_over(root, resume, required=True) if cfg.resume == "latest" else []
+    for why in passed_over:
         log.warning("checkpoint passed over, resuming from an older step: %s", why)
     reporter = ProgressReporter.from_config(cfg, attempt=attempt)
-    # Before the slow part (model load, data): tell the operator which checkpoint this attempt really resumes from.
-    # No heartbeat yet: the startup timeout covers loading, the hang timeout starts with the first training step.
-    reporter.started(resume)
+    # Before the slow part (model load, data): tell the operator which checkpoint this attempt really resumes from,
+    # and why it is not a newer one. No heartbeat yet: the startup timeout covers loading, the hang timeout starts
+    # with the first training step.
+    reporter.started(resume, passed_over)
     return root, resume, reporter
 
 
