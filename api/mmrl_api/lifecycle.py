@@ -52,8 +52,9 @@ class CheckpointSpec(ApiModel):
     """Complete checkpoints the trainer keeps; older ones are rotated by the trainer, never by the operator."""
     hf_save_interval_steps: int | None = Field(default=None, ge=1, le=1_000_000)
     """Also write the policy in Hugging Face format every this many steps, to `<jobDir>/exports/global_step_N/`
-    (SkyRL's trainer.hf_save_interval; SkyRL backend). Unset: only the final adapter is exported, to
-    `<jobDir>/adapter`, which is what serving uses either way."""
+    (SkyRL's trainer.hf_save_interval; SkyRL backend). Each export gathers the whole fp32 policy onto rank 0's CPU
+    (about 35 GB for an 8B model) and writes it. Unset: only the final adapter is exported, to `<jobDir>/adapter`,
+    which is what serving uses either way."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CheckpointSpec:

@@ -50,20 +50,23 @@ def test_our_skyrl_overrides_for_it_are_the_walkthroughs() -> None:
     assert o["generator.inference_engine.gpu_memory_utilization"] == 0.45
     assert o["generator.max_turns"] == 15 and o["generator.use_conversation_multi_turn"] is True
     assert o["generator.vision_language_generator"] is True
-    assert (o["trainer.ckpt_interval"], o["trainer.hf_save_interval"], o["trainer.eval_interval"]) == (20, 20, 10)
+    assert (o["trainer.ckpt_interval"], o["trainer.hf_save_interval"], o["trainer.eval_interval"]) == (20, -1, 10)
     assert o["trainer.eval_before_train"] is True
     assert o["trainer.resume_mode"] == "latest"
     assert o["trainer.export_path"] == f"{cfg.checkpoint.dir}/exports"
 
 
-def test_without_validation_data_nothing_is_evaluated_and_without_hf_interval_nothing_is_exported_per_step() -> None:
+def test_without_validation_data_nothing_is_evaluated_and_an_hf_interval_exports_per_step_only_when_asked() -> None:
     plain = JOB.model_copy(deep=True)
-    plain.spec.checkpoint.hf_save_interval_steps = None
     o = skyrl_overrides(build_trainer_config(plain), train_files=TRAIN, val_files=[])
     assert (o["trainer.eval_interval"], o["trainer.eval_before_train"], o["trainer.hf_save_interval"]) == (
         -1,
         False,
         -1,
+    )
+    plain.spec.checkpoint.hf_save_interval_steps = 20
+    assert (
+        skyrl_overrides(build_trainer_config(plain), train_files=TRAIN, val_files=[])["trainer.hf_save_interval"] == 20
     )
 
 
