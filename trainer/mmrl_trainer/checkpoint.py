@@ -118,11 +118,9 @@ def write_manifest(path: Path, step: int) -> None:
     """Record every file of a step (relative path -> size and sha256), each fsync'd first, with the directories that
     hold them; written after the files, before the marker. A crash before the manifest leaves a step without one,
     which a resume that requires manifests never takes."""
-    files = {}
-    for p in sorted(path.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
-            files[str(p.relative_to(path))] = {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
-    for d in sorted({path, *(p.parent for p in path.rglob("*") if p.is_file())}, reverse=True):
+    found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    files = {str(p.relative_to(path)): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)} for p in found}
+    for d in sorted({path, *(p.parent for p in found)}, reverse=True):
         _fsync_dir(d)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write_text(path / MANIFEST, json.dumps({"step": step, "time": now, "files": files}, indent=1))
@@ -190,14 +188,21 @@ def latest_complete(root: str | Path, required: bool = False) -> Checkpoint | No
     return complete[-1] if complete else None
 
 
-def passed_over(root: str | Path, resume: Checkpoint | None, required: bool = False) -> list[str]:
-    """Why each sealed step newer than `resume` is not resumed (its damage), newest first: what a resume that took
-    an older step than the marker names says."""
+def resume_point(root: str | Path, required: bool = False) -> tuple[Checkpoint | None, list[str]]:
+    """The step a resume takes (the newest complete one) and why each sealed step newer than it is not taken, newest
+    first. Steps are checked newest first and the walk stops at the first sound one, so older steps are not read."""
     sealed = sealed_step(root)
     if sealed is None:
-        return []
-    newer = [(s, p) for s, p in step_dirs(root).items() if s <= sealed and (resume is None or s > resume.step)]
-    return [why for _, p in sorted(newer, reverse=True) if (why := manifest_problem(p, required)) is not None]
+        return None, []
+    skipped: list[str] = []
+    for step, path in sorted(step_dirs(root).items(), reverse=True):
+        if step > sealed:
+            continue
+        why = manifest_problem(path, required)
+        if why is None:
+            return Checkpoint(step, path, _time_of(path)), skipped
+        skipped.append(why)
+    return None, skipped
 
 
 def begin_step(root: str | Path, step: int) -> Path:

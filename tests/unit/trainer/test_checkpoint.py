@@ -137,11 +137,9 @@ def two_steps(root: Path) -> Path:
 def test_a_truncated_file_under_a_valid_marker_is_passed_over(tmp_path: Path) -> None:
     newest = two_steps(tmp_path)
     (newest / "policy" / "optimizer.pt").write_bytes(b"o" * 7)
-    latest = ckpt.latest_complete(tmp_path, required=True)
-    assert latest is not None and latest.step == 5
-    assert ckpt.passed_over(tmp_path, latest, required=True) == [
-        "global_step_10/policy/optimizer.pt has 7 bytes, its manifest 32"
-    ]
+    latest, skipped = ckpt.resume_point(tmp_path, required=True)
+    assert latest is not None and latest.step == 5 == ckpt.latest_complete(tmp_path, required=True).step
+    assert skipped == ["global_step_10/policy/optimizer.pt has 7 bytes, its manifest 32"]
 
 
 def test_one_corrupt_byte_of_the_same_size_is_passed_over(tmp_path: Path) -> None:
@@ -150,16 +148,16 @@ def test_one_corrupt_byte_of_the_same_size_is_passed_over(tmp_path: Path) -> Non
     data = bytearray(weights.read_bytes())
     data[17] ^= 0x01
     weights.write_bytes(bytes(data))
-    latest = ckpt.latest_complete(tmp_path, required=True)
-    assert latest is not None and latest.step == 5
-    assert "does not have the sha256 its manifest records" in ckpt.passed_over(tmp_path, latest, required=True)[0]
+    latest, skipped = ckpt.resume_point(tmp_path, required=True)
+    assert latest is not None and latest.step == 5 == ckpt.latest_complete(tmp_path, required=True).step
+    assert "does not have the sha256 its manifest records" in skipped[0]
 
 
 def test_a_deleted_manifest_is_passed_over_where_manifests_are_required(tmp_path: Path) -> None:
     newest = two_steps(tmp_path)
     (newest / ckpt.MANIFEST).unlink()
     assert ckpt.latest_complete(tmp_path, required=True).step == 5
-    assert ckpt.passed_over(tmp_path, ckpt.latest_complete(tmp_path, required=True), required=True) == [
+    assert ckpt.resume_point(tmp_path, required=True)[1] == [
         f"global_step_10 has no {ckpt.MANIFEST}: its save was cut short"
     ]
     assert ckpt.latest_complete(tmp_path).step == 10  # SkyRL's steps carry none: the marker is their guarantee
@@ -200,5 +198,6 @@ def test_a_writer_killed_between_files_leaves_the_previous_step(tmp_path: Path) 
         writer.wait(timeout=30)
     assert writer.returncode == -signal.SIGKILL
     assert sorted(ckpt.step_dirs(tmp_path)) == [5, 10]  # the half-written step is there, and never taken
-    latest = ckpt.latest_complete(tmp_path, required=True)
-    assert latest is not None and latest.step == 5 and ckpt.passed_over(tmp_path, latest, required=True) == []
+    latest, skipped = ckpt.resume_point(tmp_path, required=True)
+    assert latest is not None and latest.step == 5 and skipped == []
+    assert ckpt.latest_complete(tmp_path, required=True).step == 5

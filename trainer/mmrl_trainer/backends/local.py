@@ -201,8 +201,7 @@ def start_attempt(cfg: TrainerConfig, attempt: int | None) -> tuple[Path, ckpt.C
     configure_threads()
     root = ckpt.local_dir(cfg.checkpoint.dir)
     root.mkdir(parents=True, exist_ok=True)
-    resume = ckpt.latest_complete(root, required=True) if cfg.resume == "latest" else None
-    passed_over = ckpt.passed_over(root, resume, required=True) if cfg.resume == "latest" else []
+    resume, passed_over = ckpt.resume_point(root, required=True) if cfg.resume == "latest" else (None, [])
     for why in passed_over:
         log.warning("checkpoint passed over, resuming from an older step: %s", why)
     reporter = ProgressReporter.from_config(cfg, attempt=attempt)
